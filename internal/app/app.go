@@ -1,0 +1,197 @@
+// Package app wires oncepay together by hand: configuration, database, Redis, Kafka, the
+// domain packages, the HTTP router and the background loops, in readable blocks. It is the
+// only package that knows every other one.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/inventory"
+	"github.com/oncepay/oncepay/internal/platform/database"
+	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/platform/redisx"
+	"github.com/oncepay/oncepay/internal/platform/web"
+)
+
+// Runner is a background loop (consumer, outbox relay, scheduled job) that runs until its
+// context ends and then returns, having finished the work in hand.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// App is one running oncepay instance.
+type App struct {
+	Config   config.Config
+	DB       *gorm.DB
+	Redis    *redisx.Conn
+	Kafka    *kafka.Cluster
+	IDs      *ids.Generator
+	Registry *prometheus.Registry
+
+	users     *account.Users
+	inventory *inventory.Store
+	handler   http.Handler
+	checks    []readyCheck
+	runners   []Runner
+}
+
+// Deps lets tests hand in connections they own; nil fields are opened from the config.
+type Deps struct {
+	DB    *gorm.DB
+	Redis *redisx.Conn
+	Kafka *kafka.Cluster
+}
+
+// New builds an instance from cfg: it opens (or takes) every dependency, migrates, seeds the
+// demo data when asked, and builds the router. Nothing runs until Run.
+func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) {
+	a := &App{Config: cfg, Registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	a.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Snowflake ids, one node per instance.
+	if a.IDs, err = ids.New(cfg.NodeID); err != nil {
+		return nil, err
+	}
+
+	// Database: MySQL when configured, embedded SQLite otherwise; migrated at start-up.
+	a.DB = deps.DB
+	if a.DB == nil {
+		a.DB, err = database.Open(database.Options{
+			MySQLDSN:   cfg.MySQLDSN,
+			SQLitePath: filepath.Join(cfg.DataDir, "oncepay.db"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err = database.Migrate(ctx, a.DB); err != nil {
+			return nil, err
+		}
+	}
+
+	// Redis: external or embedded.
+	a.Redis = deps.Redis
+	if a.Redis == nil {
+		if a.Redis, err = redisx.Open(cfg.RedisAddr, cfg.EmbeddedRedisAddr); err != nil {
+			return nil, err
+		}
+	}
+
+	// Kafka: external or embedded; the embedded broker keeps its log under the data dir.
+	a.Kafka = deps.Kafka
+	if a.Kafka == nil {
+		a.Kafka, err = kafka.Open(ctx, cfg.KafkaBrokers, kafka.EmbeddedOptions{
+			Addr:    cfg.EmbeddedKafkaAddr,
+			DataDir: filepath.Join(cfg.DataDir, "kafka"),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	// Domain stores and services.
+	a.users = account.NewUsers(a.DB, a.IDs)
+	a.inventory = inventory.NewStore(a.DB)
+
+	if cfg.SeedDemo {
+		if err = a.seedDemo(ctx); err != nil {
+			return nil, fmt.Errorf("seed demo data: %w", err)
+		}
+	}
+
+	a.checks = []readyCheck{
+		{name: "database", check: func(ctx context.Context) error { return database.Ping(ctx, a.DB) }},
+		{name: "redis", check: a.Redis.Ping, degradable: cfg.RedisFailureMode == config.RedisDegrade},
+		{name: "kafka", check: a.Kafka.Ping},
+	}
+	a.handler = a.routes(web.NewMetrics(a.Registry))
+	return a, nil
+}
+
+// Handler is the instance's HTTP handler, for tests and for Run.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Run serves HTTP on ln (or on the configured address when ln is nil) and runs the
+// background loops until ctx ends, then shuts down gracefully: it stops accepting, finishes
+// in-flight requests, and waits for the loops to drain.
+func (a *App) Run(ctx context.Context, ln net.Listener) error {
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", a.Config.HTTPAddr); err != nil {
+			return fmt.Errorf("listen on %s (set ONCEPAY_HTTP_ADDR): %w", a.Config.HTTPAddr, err)
+		}
+	}
+	srv := &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	var wg sync.WaitGroup
+	for _, r := range a.runners {
+		wg.Go(func() {
+			if err := r.Run(loopCtx); err != nil && !errors.Is(err, context.Canceled) {
+				slog.ErrorContext(ctx, "background loop stopped", "loop", fmt.Sprintf("%T", r), "err", err)
+			}
+		})
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	slog.InfoContext(ctx, "oncepay listening", "addr", ln.Addr().String())
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	slog.InfoContext(ctx, "shutting down: finishing in-flight requests")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	if serr := srv.Shutdown(shutdownCtx); serr != nil {
+		slog.ErrorContext(ctx, "http shutdown", "err", serr)
+	}
+	stopLoops()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Close releases every dependency the instance opened itself.
+func (a *App) Close() {
+	if a.DB != nil {
+		_ = database.Close(a.DB)
+	}
+	if a.Redis != nil {
+		_ = a.Redis.Close()
+	}
+	if a.Kafka != nil {
+		a.Kafka.Close()
+	}
+}

@@ -1,0 +1,232 @@
+// Package config loads oncepay's configuration from ONCEPAY_* environment variables into one
+// struct, validates it with one actionable message per problem, and masks secrets when the
+// configuration is logged.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RedisFailureMode says what the idempotency layers do when Redis cannot be reached.
+type RedisFailureMode string
+
+const (
+	// RedisDegrade lets the token, lock and cache layers step aside; the dedup record and the
+	// state preconditions in the database still give exactly-once.
+	RedisDegrade RedisFailureMode = "degrade"
+	// RedisReject answers 503 unavailable while Redis is unreachable.
+	RedisReject RedisFailureMode = "reject"
+)
+
+// Config is every setting oncepay reads; LoadFrom names the variable and default of each.
+type Config struct {
+	// HTTPAddr is the address the HTTP server listens on.
+	HTTPAddr string
+	// MySQLDSN is a go-sql-driver DSN; empty means the embedded SQLite file in DataDir.
+	MySQLDSN string
+	// DataDir is where embedded state (the SQLite file) lives.
+	DataDir string
+	// RedisAddr is host:port of Redis; empty means an embedded Redis on EmbeddedRedisAddr.
+	RedisAddr string
+	// EmbeddedRedisAddr is where the embedded Redis listens when RedisAddr is empty.
+	EmbeddedRedisAddr string
+	// KafkaBrokers is the list of Kafka brokers; empty means an embedded broker.
+	KafkaBrokers []string
+	// EmbeddedKafkaAddr is where the embedded Kafka broker listens when KafkaBrokers is empty.
+	EmbeddedKafkaAddr string
+	// ChannelSecret is the HMAC-SHA256 key that payment channels sign notifications with.
+	ChannelSecret string
+	// AdminKey is the bearer key for /v1/admin/*.
+	AdminKey string
+	// SeedDemo seeds the demo users and SKUs; it defaults to true only for the embedded DB.
+	SeedDemo bool
+	// OrderTTL is how long an order may stay unpaid before the close job closes it.
+	OrderTTL time.Duration
+	// LockTTL is the Redis lock lease; the watchdog renews it every LockTTL/3 (I4).
+	LockTTL time.Duration
+	// DedupRetention is how long dedup records are kept before they may be purged (I6).
+	DedupRetention time.Duration
+	// MaxRedeliveryWindow is the longest time after which any path may still redeliver a
+	// request; DedupRetention must cover it (I6).
+	MaxRedeliveryWindow time.Duration
+	// RedisFailureMode is what happens to requests while Redis is unreachable.
+	RedisFailureMode RedisFailureMode
+	// NodeID is this instance's snowflake node id, 0..1023, distinct per instance.
+	NodeID int64
+	// Lab mounts the naive replicas of the articles' bugs under /lab/ for drills.
+	Lab bool
+	// ChaosPaymentDelay is a drill-only fault: sleep this long inside payment processing while
+	// holding the lock.
+	ChaosPaymentDelay time.Duration
+	// CloseJobInterval is how often the close-expired-orders job runs.
+	CloseJobInterval time.Duration
+	// PurgeJobInterval is how often the purge-dedup-records job runs.
+	PurgeJobInterval time.Duration
+}
+
+// EmbeddedDB reports whether the database is the embedded SQLite file.
+func (c Config) EmbeddedDB() bool { return c.MySQLDSN == "" }
+
+// EmbeddedRedis reports whether Redis runs in process.
+func (c Config) EmbeddedRedis() bool { return c.RedisAddr == "" }
+
+// EmbeddedKafka reports whether Kafka runs in process.
+func (c Config) EmbeddedKafka() bool { return len(c.KafkaBrokers) == 0 }
+
+// Load reads the configuration from the environment and validates it. The returned error
+// lists every problem found, one per line.
+func Load() (Config, error) { return LoadFrom(os.LookupEnv) }
+
+// LoadFrom is Load with an injectable lookup, for tests.
+func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
+	get := func(name, def string) string {
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			return strings.TrimSpace(v)
+		}
+		return def
+	}
+	var (
+		c    Config
+		errs []error
+	)
+	duration := func(name, def string) time.Duration {
+		raw := get(name, def)
+		d, err := time.ParseDuration(raw)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("%s=%q is not a duration: use Go syntax such as 30s, 15m or 72h", name, raw))
+		}
+		return d
+	}
+	boolean := func(name, def string) bool {
+		raw := get(name, def)
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not a boolean: use true or false", name, raw))
+		}
+		return b
+	}
+
+	c.HTTPAddr = get("ONCEPAY_HTTP_ADDR", ":8080")
+	c.MySQLDSN = get("ONCEPAY_MYSQL_DSN", "")
+	c.DataDir = get("ONCEPAY_DATA_DIR", "./data")
+	c.RedisAddr = get("ONCEPAY_REDIS_ADDR", "")
+	c.EmbeddedRedisAddr = get("ONCEPAY_EMBEDDED_REDIS_ADDR", "127.0.0.1:16379")
+	for _, b := range strings.Split(get("ONCEPAY_KAFKA_BROKERS", ""), ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.KafkaBrokers = append(c.KafkaBrokers, b)
+		}
+	}
+	c.EmbeddedKafkaAddr = get("ONCEPAY_EMBEDDED_KAFKA_ADDR", "127.0.0.1:19092")
+	c.ChannelSecret = get("ONCEPAY_CHANNEL_SECRET", "dev-channel-secret")
+	c.AdminKey = get("ONCEPAY_ADMIN_KEY", "dev-admin-key")
+	c.SeedDemo = boolean("ONCEPAY_SEED_DEMO", strconv.FormatBool(c.MySQLDSN == ""))
+	c.OrderTTL = duration("ONCEPAY_ORDER_TTL", "15m")
+	c.LockTTL = duration("ONCEPAY_LOCK_TTL", "30s")
+	c.DedupRetention = duration("ONCEPAY_DEDUP_RETENTION", "720h")
+	c.MaxRedeliveryWindow = duration("ONCEPAY_MAX_REDELIVERY_WINDOW", "72h")
+	c.RedisFailureMode = RedisFailureMode(get("ONCEPAY_REDIS_FAILURE_MODE", string(RedisDegrade)))
+	c.Lab = boolean("ONCEPAY_LAB", "false")
+	c.ChaosPaymentDelay = duration("ONCEPAY_CHAOS_PAYMENT_DELAY", "0s")
+	c.CloseJobInterval = duration("ONCEPAY_CLOSE_JOB_INTERVAL", "30s")
+	c.PurgeJobInterval = duration("ONCEPAY_PURGE_JOB_INTERVAL", "1h")
+	rawNode := get("ONCEPAY_NODE_ID", "1")
+	node, err := strconv.ParseInt(rawNode, 10, 64)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ONCEPAY_NODE_ID=%q is not an integer: use a number in 0..1023, distinct per instance", rawNode))
+	}
+	c.NodeID = node
+
+	if len(errs) == 0 {
+		errs = append(errs, c.validate()...)
+	}
+	return c, errors.Join(errs...)
+}
+
+// validate checks the relations between settings once each has parsed.
+func (c Config) validate() []error {
+	var errs []error
+	if c.NodeID < 0 || c.NodeID > 1023 {
+		errs = append(errs, fmt.Errorf("ONCEPAY_NODE_ID=%d is out of range: use 0..1023, distinct per instance", c.NodeID))
+	}
+	if c.RedisFailureMode != RedisDegrade && c.RedisFailureMode != RedisReject {
+		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_FAILURE_MODE=%q is unknown: use degrade or reject", c.RedisFailureMode))
+	}
+	if c.LockTTL < 3*time.Millisecond {
+		errs = append(errs, fmt.Errorf("ONCEPAY_LOCK_TTL=%s is too short: the watchdog renews every TTL/3; use at least 1s (default 30s)", c.LockTTL))
+	}
+	if c.OrderTTL <= 0 {
+		errs = append(errs, fmt.Errorf("ONCEPAY_ORDER_TTL=%s must be positive (default 15m)", c.OrderTTL))
+	}
+	// I6: rows purged before the last redelivery let a late copy through the dedup table.
+	if c.DedupRetention < c.MaxRedeliveryWindow {
+		errs = append(errs, fmt.Errorf("ONCEPAY_DEDUP_RETENTION=%s is shorter than ONCEPAY_MAX_REDELIVERY_WINDOW=%s: dedup records would be purged while copies can still arrive (I6); raise the retention", c.DedupRetention, c.MaxRedeliveryWindow))
+	}
+	if c.CloseJobInterval <= 0 || c.PurgeJobInterval <= 0 {
+		errs = append(errs, errors.New("ONCEPAY_CLOSE_JOB_INTERVAL and ONCEPAY_PURGE_JOB_INTERVAL must be positive"))
+	}
+	if !c.EmbeddedDB() {
+		if strings.HasPrefix(c.ChannelSecret, "dev-") {
+			errs = append(errs, errors.New("ONCEPAY_CHANNEL_SECRET is a dev-* default while ONCEPAY_MYSQL_DSN points at a real database: set a real secret"))
+		}
+		if strings.HasPrefix(c.AdminKey, "dev-") {
+			errs = append(errs, errors.New("ONCEPAY_ADMIN_KEY is a dev-* default while ONCEPAY_MYSQL_DSN points at a real database: set a real key"))
+		}
+	}
+	return errs
+}
+
+// LogValue renders the configuration for a start-up log line with secrets masked.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("http_addr", c.HTTPAddr),
+		slog.String("mysql_dsn", maskDSN(c.MySQLDSN)),
+		slog.String("data_dir", c.DataDir),
+		slog.String("redis_addr", orEmbedded(c.RedisAddr, c.EmbeddedRedisAddr)),
+		slog.String("kafka_brokers", orEmbedded(strings.Join(c.KafkaBrokers, ","), c.EmbeddedKafkaAddr)),
+		slog.String("channel_secret", mask(c.ChannelSecret)),
+		slog.String("admin_key", mask(c.AdminKey)),
+		slog.Bool("seed_demo", c.SeedDemo),
+		slog.String("order_ttl", c.OrderTTL.String()),
+		slog.String("lock_ttl", c.LockTTL.String()),
+		slog.String("dedup_retention", c.DedupRetention.String()),
+		slog.String("max_redelivery_window", c.MaxRedeliveryWindow.String()),
+		slog.String("redis_failure_mode", string(c.RedisFailureMode)),
+		slog.Int64("node_id", c.NodeID),
+		slog.Bool("lab", c.Lab),
+		slog.String("chaos_payment_delay", c.ChaosPaymentDelay.String()),
+	)
+}
+
+func orEmbedded(external, embedded string) string {
+	if external != "" {
+		return external
+	}
+	return "embedded@" + embedded
+}
+
+// mask keeps a secret's first characters so a person can tell which one is configured.
+func mask(secret string) string {
+	if len(secret) <= 4 {
+		return "****"
+	}
+	return secret[:4] + "****"
+}
+
+// maskDSN hides the password of a go-sql-driver DSN (user:password@tcp(host)/db).
+func maskDSN(dsn string) string {
+	if dsn == "" {
+		return "embedded sqlite"
+	}
+	at := strings.LastIndex(dsn, "@")
+	colon := strings.Index(dsn, ":")
+	if at < 0 || colon < 0 || colon > at {
+		return dsn
+	}
+	return dsn[:colon+1] + "****" + dsn[at:]
+}

@@ -1,0 +1,82 @@
+// Package inventory owns stock per SKU. Every change is a conditional UPDATE whose WHERE
+// clause carries its precondition (available >= q, reserved >= q), so concurrent buyers can
+// never drive stock negative and a repeated movement is refused by inventory_movements'
+// unique (order_id, sku, kind).
+package inventory
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/database"
+)
+
+// Item is the stock of one SKU. available + reserved + sold changes only through Put.
+type Item struct {
+	SKU       string `gorm:"column:sku;primaryKey"`
+	Name      string
+	Price     int64
+	Available int64
+	Reserved  int64
+	Sold      int64
+	Version   int64
+	UpdatedAt time.Time
+}
+
+// TableName is the table of Item.
+func (Item) TableName() string { return "inventory" }
+
+// Errors of this package.
+var (
+	// ErrUnknownSKU is a SKU that is not in the catalog.
+	ErrUnknownSKU = apperr.New(http.StatusBadRequest, "unknown_sku", "no such SKU")
+	// ErrOutOfStock is a reservation larger than what is available.
+	ErrOutOfStock = apperr.New(http.StatusConflict, "out_of_stock", "not enough stock available")
+)
+
+// Store reads and changes stock.
+type Store struct{ db *gorm.DB }
+
+// NewStore returns the inventory store on db.
+func NewStore(db *gorm.DB) *Store { return &Store{db: db} }
+
+// Get returns the stock of sku, or ErrUnknownSKU.
+func (s *Store) Get(ctx context.Context, sku string) (Item, error) {
+	var it Item
+	err := database.Conn(ctx, s.db).Where("sku = ?", sku).Take(&it).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Item{}, ErrUnknownSKU.Withf("no such SKU %q", sku)
+	}
+	return it, err
+}
+
+// Put sets the price and available stock of sku to absolute values, creating the SKU when it
+// is new. Absolute values make it naturally idempotent: sending it twice changes nothing more.
+func (s *Store) Put(ctx context.Context, sku string, price, available int64) (Item, error) {
+	now := time.Now().UTC()
+	it := Item{SKU: sku, Name: sku, Price: price, Available: available, UpdatedAt: now}
+	err := database.Conn(ctx, s.db).Clauses(clause.OnConflict{
+		Columns: []clause.Column{{Name: "sku"}},
+		DoUpdates: clause.Assignments(map[string]any{
+			"price": price, "available": available, "updated_at": now,
+			"version": gorm.Expr("version + 1"),
+		}),
+	}).Create(&it).Error
+	if err != nil {
+		return Item{}, err
+	}
+	return s.Get(ctx, sku)
+}
+
+// Ensure creates sku with its name, price and stock unless it exists; existing stock is left
+// alone, so seeding is safe on every start.
+func (s *Store) Ensure(ctx context.Context, it Item) error {
+	it.UpdatedAt = time.Now().UTC()
+	return database.Conn(ctx, s.db).Clauses(clause.OnConflict{DoNothing: true}).Create(&it).Error
+}

@@ -1,0 +1,243 @@
+// Package database opens oncepay's gorm database — MySQL when a DSN is configured, an embedded
+// pure-Go SQLite file otherwise — applies the embedded migrations, translates driver errors into
+// sentinels, and carries a transaction through a context so that the idempotency layer and the
+// business use case it guards share one local transaction.
+package database
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/pressly/goose/v3"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/oncepay/oncepay/migrations"
+)
+
+// Dialect names the SQL dialect of an open database.
+type Dialect string
+
+const (
+	// MySQL is MySQL 8 or MariaDB through go-sql-driver.
+	MySQL Dialect = "mysql"
+	// SQLite is the embedded pure-Go SQLite file.
+	SQLite Dialect = "sqlite"
+)
+
+// Options says which database to open.
+type Options struct {
+	// MySQLDSN is a go-sql-driver DSN; empty selects SQLite.
+	MySQLDSN string
+	// SQLitePath is the SQLite file used when MySQLDSN is empty.
+	SQLitePath string
+	// MaxOpenConns bounds the MySQL pool; zero means 50.
+	MaxOpenConns int
+}
+
+// Open opens the database described by opts. It does not migrate.
+func Open(opts Options) (*gorm.DB, error) {
+	cfg := &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true,
+		NowFunc:                func() time.Time { return time.Now().UTC() },
+		TranslateError:         false,
+	}
+	var dialector gorm.Dialector
+	if opts.MySQLDSN != "" {
+		dsn, err := normalizeMySQLDSN(opts.MySQLDSN)
+		if err != nil {
+			return nil, err
+		}
+		dialector = mysql.Open(dsn)
+	} else {
+		if err := os.MkdirAll(filepath.Dir(opts.SQLitePath), 0o755); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
+		// WAL lets readers run beside the writer; _txlock=immediate takes the write lock at
+		// BEGIN so two writers queue on busy_timeout instead of failing to upgrade a read lock.
+		dsn := "file:" + opts.SQLitePath + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)" +
+			"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate&_time_format=sqlite"
+		dialector = sqlite.Open(dsn)
+	}
+	db, err := gorm.Open(dialector, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	if opts.MySQLDSN != "" {
+		n := opts.MaxOpenConns
+		if n == 0 {
+			n = 50
+		}
+		sqlDB.SetMaxOpenConns(n)
+		sqlDB.SetMaxIdleConns(n)
+		sqlDB.SetConnMaxLifetime(30 * time.Minute)
+	} else {
+		// One writer at a time is SQLite's nature; a small pool keeps readers concurrent.
+		sqlDB.SetMaxOpenConns(8)
+	}
+	return db, nil
+}
+
+// normalizeMySQLDSN makes sure times are parsed as UTC time.Time values.
+func normalizeMySQLDSN(dsn string) (string, error) {
+	c, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		return "", fmt.Errorf("ONCEPAY_MYSQL_DSN: %w", err)
+	}
+	c.ParseTime = true
+	c.Loc = time.UTC
+	if c.Params == nil {
+		c.Params = map[string]string{}
+	}
+	if _, ok := c.Params["time_zone"]; !ok {
+		c.Params["time_zone"] = "'+00:00'"
+	}
+	return c.FormatDSN(), nil
+}
+
+// DialectOf reports the dialect of db.
+func DialectOf(db *gorm.DB) Dialect {
+	if db.Dialector.Name() == "mysql" {
+		return MySQL
+	}
+	return SQLite
+}
+
+// Migrate applies the embedded migrations of db's dialect.
+func Migrate(ctx context.Context, db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return migrateSQL(ctx, sqlDB, DialectOf(db))
+}
+
+func migrateSQL(ctx context.Context, sqlDB *sql.DB, d Dialect) error {
+	var (
+		fsys    fs.FS
+		dialect goose.Dialect
+		err     error
+	)
+	switch d {
+	case MySQL:
+		dialect = goose.DialectMySQL
+		fsys, err = fs.Sub(migrations.MySQL, "mysql")
+	default:
+		dialect = goose.DialectSQLite3
+		fsys, err = fs.Sub(migrations.SQLite, "sqlite")
+	}
+	if err != nil {
+		return err
+	}
+	provider, err := goose.NewProvider(dialect, sqlDB, fsys)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	return nil
+}
+
+// ErrDuplicateKey means an INSERT hit a unique index: another attempt got there first.
+var ErrDuplicateKey = errors.New("duplicate key")
+
+// ErrRetryable means the database aborted the transaction (deadlock, lock wait timeout,
+// busy SQLite file); the whole transaction may be run again.
+var ErrRetryable = errors.New("transaction aborted by the database; retry")
+
+// Translate turns driver errors into ErrDuplicateKey or ErrRetryable, wrapping the original.
+// Every other error is returned unchanged. Nothing above a store should see a driver error.
+func Translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1062:
+			return fmt.Errorf("%w: %w", ErrDuplicateKey, err)
+		case 1213, 1205:
+			return fmt.Errorf("%w: %w", ErrRetryable, err)
+		}
+		return err
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "UNIQUE constraint failed"), strings.Contains(msg, "constraint failed: UNIQUE"):
+		return fmt.Errorf("%w: %w", ErrDuplicateKey, err)
+	case strings.Contains(msg, "SQLITE_BUSY"), strings.Contains(msg, "database is locked"):
+		return fmt.Errorf("%w: %w", ErrRetryable, err)
+	}
+	return err
+}
+
+// IsDuplicateKey reports whether err is (or translates to) a unique-index violation.
+func IsDuplicateKey(err error) bool { return errors.Is(Translate(err), ErrDuplicateKey) }
+
+// IsRetryable reports whether err is (or translates to) a transaction the database aborted.
+func IsRetryable(err error) bool { return errors.Is(Translate(err), ErrRetryable) }
+
+type txKey struct{}
+
+// WithTx returns a context that carries tx, so that code called with it joins the transaction.
+func WithTx(ctx context.Context, tx *gorm.DB) context.Context {
+	return context.WithValue(ctx, txKey{}, tx)
+}
+
+// Conn returns the transaction carried by ctx, or db when there is none, bound to ctx.
+// Use cases call it so that they join a transaction the idempotency layer opened (where the
+// dedup record was inserted first, I3) and run on their own otherwise.
+func Conn(ctx context.Context, db *gorm.DB) *gorm.DB {
+	if tx, ok := ctx.Value(txKey{}).(*gorm.DB); ok {
+		return tx.WithContext(ctx)
+	}
+	return db.WithContext(ctx)
+}
+
+// InTx reports whether ctx carries a transaction.
+func InTx(ctx context.Context) bool {
+	_, ok := ctx.Value(txKey{}).(*gorm.DB)
+	return ok
+}
+
+// Transaction runs fn in a transaction. When ctx already carries one, fn runs in a savepoint
+// inside it, so that a failed use case undoes its own writes and nothing else.
+func Transaction(ctx context.Context, db *gorm.DB, fn func(ctx context.Context, tx *gorm.DB) error) error {
+	return Conn(ctx, db).Transaction(func(tx *gorm.DB) error {
+		return fn(WithTx(ctx, tx), tx)
+	})
+}
+
+// Ping checks that the database answers.
+func Ping(ctx context.Context, db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
+// Close closes db's pool.
+func Close(db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}

@@ -1,0 +1,34 @@
+// Package ids generates snowflake ids: 64-bit, time-ordered, unique across instances as long
+// as each instance has its own node id (ONCEPAY_NODE_ID). They travel as JSON strings.
+package ids
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/bwmarrin/snowflake"
+)
+
+// Generator hands out snowflake ids. It is safe for concurrent use.
+type Generator struct{ node *snowflake.Node }
+
+// New returns a generator for node (0..1023).
+func New(node int64) (*Generator, error) {
+	n, err := snowflake.NewNode(node)
+	if err != nil {
+		return nil, fmt.Errorf("snowflake node %d: %w", node, err)
+	}
+	return &Generator{node: n}, nil
+}
+
+// Next returns a new id.
+func (g *Generator) Next() int64 { return g.node.Generate().Int64() }
+
+// Format renders an id as the decimal string the API uses.
+func Format(id int64) string { return strconv.FormatInt(id, 10) }
+
+// Parse reads an id from its decimal string; ok is false for anything else.
+func Parse(s string) (id int64, ok bool) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil && id > 0
+}

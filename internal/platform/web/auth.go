@@ -1,0 +1,79 @@
+package web
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+	"strings"
+
+	"github.com/oncepay/oncepay/internal/platform/apperr"
+)
+
+// Authenticator resolves an API key to a user id. It returns apperr.ErrUnauthorized for an
+// unknown key.
+type Authenticator interface {
+	Authenticate(ctx context.Context, apiKey string) (userID int64, err error)
+}
+
+type userKey struct{}
+
+// WithUser returns ctx carrying the authenticated user id.
+func WithUser(ctx context.Context, userID int64) context.Context {
+	return context.WithValue(ctx, userKey{}, userID)
+}
+
+// UserID returns the authenticated user id carried by ctx.
+func UserID(ctx context.Context) (int64, bool) {
+	id, ok := ctx.Value(userKey{}).(int64)
+	return id, ok
+}
+
+// BearerToken returns the token of an "Authorization: Bearer <token>" header, or "".
+func BearerToken(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	const prefix = "bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return ""
+	}
+	return strings.TrimSpace(h[len(prefix):])
+}
+
+// RequireUser lets through only requests whose bearer key belongs to a user.
+func RequireUser(a Authenticator) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			key := BearerToken(r)
+			if key == "" {
+				WriteError(w, r, apperr.ErrUnauthorized)
+				return
+			}
+			id, err := a.Authenticate(r.Context(), key)
+			if err != nil {
+				WriteError(w, r, err)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(WithUser(r.Context(), id)))
+		})
+	}
+}
+
+// RequireAdmin lets through only requests bearing the admin key. A valid user key gets
+// 403 forbidden; a missing or unknown key gets 401 unauthorized.
+func RequireAdmin(adminKey string, users Authenticator) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			key := BearerToken(r)
+			if key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(adminKey)) == 1 {
+				next.ServeHTTP(w, r)
+				return
+			}
+			if key != "" {
+				if _, err := users.Authenticate(r.Context(), key); err == nil {
+					WriteError(w, r, apperr.ErrForbidden.Withf("admin routes need the admin key"))
+					return
+				}
+			}
+			WriteError(w, r, apperr.ErrUnauthorized)
+		})
+	}
+}
