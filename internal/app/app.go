@@ -20,6 +20,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -42,6 +43,9 @@ type App struct {
 	Kafka    *kafka.Cluster
 	IDs      *ids.Generator
 	Registry *prometheus.Registry
+
+	// Guard is the idempotency layer every forced-idempotent write goes through.
+	Guard *idempotent.Guard
 
 	users     *account.Users
 	inventory *inventory.Store
@@ -107,6 +111,13 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 			return nil, err
 		}
 	}
+
+	// The idempotency layers: token, replay cache and lock in Redis, dedup record in the DB.
+	a.Guard = idempotent.New(a.DB, a.Redis.Client, a.IDs, idempotent.Config{
+		LockTTL:            cfg.LockTTL,
+		Retention:          cfg.DedupRetention,
+		RejectWithoutRedis: cfg.RedisFailureMode == config.RedisReject,
+	}, a.Registry)
 
 	// Domain stores and services.
 	a.users = account.NewUsers(a.DB, a.IDs)

@@ -28,6 +28,9 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 		// Reading stock is public and naturally idempotent.
 		r.Mount("/inventory", inv.Routes())
 
+		// One-time tokens for forms (I7): a token is the Idempotency-Key of one submission.
+		r.With(web.RequireUser(a.users)).Post("/idempotency-tokens", a.Guard.TokenHandler(web.UserScope))
+
 		r.Route("/admin", func(r chi.Router) {
 			r.Use(web.RequireAdmin(a.Config.AdminKey, a.users))
 			r.Mount("/inventory", inv.AdminRoutes())

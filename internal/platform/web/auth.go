@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -76,4 +77,14 @@ func RequireAdmin(adminKey string, users Authenticator) func(http.Handler) http.
 			WriteError(w, r, apperr.ErrUnauthorized)
 		})
 	}
+}
+
+// UserScope is the idempotency scope of the authenticated caller ("user:<id>"), so that two
+// users' keys never collide.
+func UserScope(r *http.Request) (string, bool) {
+	id, ok := UserID(r.Context())
+	if !ok {
+		return "", false
+	}
+	return "user:" + strconv.FormatInt(id, 10), true
 }

@@ -1,0 +1,77 @@
+package idempotent
+
+import (
+	"net/http"
+)
+
+// Outcome says how a request was answered; it is sent as the Idempotency-Outcome header so
+// that drills and people can tell which layer answered.
+type Outcome string
+
+// The outcomes of the contract, plus the ones for requests refused before any layer ran.
+const (
+	// Executed: the work ran now.
+	Executed Outcome = "executed"
+	// Replayed: an earlier outcome was sent again; the work did not run.
+	Replayed Outcome = "replayed"
+	// InProgress: another attempt with this key is running; retry later.
+	InProgress Outcome = "in_progress"
+	// Mismatch: the key was used before with another request.
+	Mismatch Outcome = "mismatch"
+	// TokenInvalid: a tok_ key that is not a live token of this user.
+	TokenInvalid Outcome = "token_invalid"
+	// StateRejected: a state precondition turned the request away (the domain sets it).
+	StateRejected Outcome = "state_rejected"
+	// Rejected: the request was refused before any layer ran (missing or malformed key,
+	// unreadable body).
+	Rejected Outcome = "rejected"
+	// Unavailable: Redis is down and ONCEPAY_REDIS_FAILURE_MODE=reject.
+	Unavailable Outcome = "unavailable"
+)
+
+// Layer names the defense that produced an outcome, for metrics and logs.
+type Layer string
+
+// The layers, cheapest first, and the work itself.
+const (
+	LayerToken   Layer = "token"
+	LayerCache   Layer = "cache"
+	LayerLock    Layer = "lock"
+	LayerDedup   Layer = "dedup"
+	LayerMessage Layer = "message"
+	LayerWork    Layer = "work"
+)
+
+// Response is what the work answered: a status, the allow-listed headers and the body. It is
+// what the dedup record and the replay cache store.
+type Response struct {
+	Status int               `json:"status"`
+	Header map[string]string `json:"header,omitempty"`
+	Body   []byte            `json:"body,omitempty"`
+}
+
+// ReplayedHeaders are the response headers stored with an outcome and sent again on replay.
+var ReplayedHeaders = []string{"Content-Type", "Location"}
+
+// Result is the answer of Guard.Do.
+type Result struct {
+	Response Response
+	Outcome  Outcome
+	Layer    Layer
+}
+
+// Storable reports whether an outcome with this status is stored for replay (see the
+// package documentation for the rule and its reasons).
+func Storable(status int) bool {
+	switch {
+	case status >= 200 && status < 300:
+		return true
+	case status == http.StatusUnauthorized, status == http.StatusForbidden,
+		status == http.StatusRequestTimeout, status == http.StatusTooManyRequests:
+		return false
+	case status >= 400 && status < 500:
+		return true
+	default:
+		return false
+	}
+}
