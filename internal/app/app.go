@@ -19,6 +19,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
@@ -47,6 +48,7 @@ type App struct {
 	// Guard is the idempotency layer every forced-idempotent write goes through.
 	Guard *idempotent.Guard
 
+	anomalies *anomaly.Recorder
 	users     *account.Users
 	inventory *inventory.Store
 	handler   http.Handler
@@ -121,6 +123,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 
 	// Domain stores and services.
 	a.users = account.NewUsers(a.DB, a.IDs)
+	a.anomalies = anomaly.NewRecorder(a.DB, a.IDs)
 	a.inventory = inventory.NewStore(a.DB)
 
 	if cfg.SeedDemo {

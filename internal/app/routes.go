@@ -34,6 +34,7 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 		r.Route("/admin", func(r chi.Router) {
 			r.Use(web.RequireAdmin(a.Config.AdminKey, a.users))
 			r.Mount("/inventory", inv.AdminRoutes())
+			r.Get("/anomalies", a.anomalies.ListHandler)
 		})
 	})
 	return r
