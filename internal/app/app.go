@@ -23,6 +23,10 @@ import (
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
+	"github.com/oncepay/oncepay/internal/jobs"
+	"github.com/oncepay/oncepay/internal/order"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
@@ -50,10 +54,16 @@ type App struct {
 
 	anomalies *anomaly.Recorder
 	users     *account.Users
+	recharges *account.Recharges
 	inventory *inventory.Store
+	orders    *order.Service
+	payments  *payment.Service
 	handler   http.Handler
 	checks    []readyCheck
 	runners   []Runner
+	closers   []func() error
+	// consumersReady reports whether the Kafka consumers have joined their groups.
+	consumersReady func() bool
 }
 
 // Deps lets tests hand in connections they own; nil fields are opened from the config.
@@ -125,6 +135,24 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.users = account.NewUsers(a.DB, a.IDs)
 	a.anomalies = anomaly.NewRecorder(a.DB, a.IDs)
 	a.inventory = inventory.NewStore(a.DB)
+	a.recharges = account.NewRecharges(a.DB, a.IDs, account.NewLedger(a.DB, a.IDs), a.anomalies)
+	events := outbox.NewWriter(a.DB, a.IDs)
+	a.orders = order.NewService(a.DB, a.IDs, inventory.NewMovements(a.inventory, a.IDs), events, cfg.OrderTTL)
+	a.payments = payment.NewService(a.DB, a.IDs, a.orders, a.anomalies)
+	a.payments.ChaosDelay = cfg.ChaosPaymentDelay
+
+	// Background loops: the payment notifications consumer (I1), the outbox relay, and the
+	// scheduled jobs (I5, I6), each stopped and drained by Run on shutdown.
+	payments := payment.NewConsumer(a.Kafka, a.Guard, a.payments)
+	publisher := a.Kafka.Writer()
+	a.closers = append(a.closers, publisher.Close)
+	a.runners = append(a.runners,
+		payments,
+		outbox.NewRelay(a.DB, publisher, a.Guard.RunLocked),
+		&jobs.Scheduled{Name: "close-expired-orders", Interval: cfg.CloseJobInterval, Guard: a.Guard, Job: jobs.CloseExpiredOrders(a.orders)},
+		&jobs.Scheduled{Name: "purge-dedup-records", Interval: cfg.PurgeJobInterval, Guard: a.Guard, Job: jobs.PurgeDedupRecords(a.Guard, cfg.DedupRetention)},
+	)
+	a.consumersReady = payments.Ready
 
 	if cfg.SeedDemo {
 		if err = a.seedDemo(ctx); err != nil {
@@ -135,7 +163,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.checks = []readyCheck{
 		{name: "database", check: func(ctx context.Context) error { return database.Ping(ctx, a.DB) }},
 		{name: "redis", check: a.Redis.Ping, degradable: cfg.RedisFailureMode == config.RedisDegrade},
-		{name: "kafka", check: a.Kafka.Ping},
+		{name: "kafka", check: a.kafkaReady},
 	}
 	a.handler = a.routes(web.NewMetrics(a.Registry))
 	return a, nil
@@ -199,6 +227,9 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 
 // Close releases every dependency the instance opened itself.
 func (a *App) Close() {
+	for _, c := range a.closers {
+		_ = c()
+	}
 	if a.DB != nil {
 		_ = database.Close(a.DB)
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -41,4 +42,19 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	web.WriteJSON(w, code, map[string]any{"status": status, "checks": checks})
+}
+
+// errConsumersNotJoined is the readiness answer while the consumers are joining their groups.
+var errConsumersNotJoined = errors.New("consumers have not joined their groups yet")
+
+// kafkaReady checks the broker and that the consumers have joined: before that, a message
+// published now would wait, and /readyz must not promise otherwise (CONTRACT.md, Kafka).
+func (a *App) kafkaReady(ctx context.Context) error {
+	if err := a.Kafka.Ping(ctx); err != nil {
+		return err
+	}
+	if a.consumersReady != nil && !a.consumersReady() {
+		return errConsumersNotJoined
+	}
+	return nil
 }

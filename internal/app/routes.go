@@ -6,7 +6,11 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/inventory"
+	"github.com/oncepay/oncepay/internal/jobs"
+	"github.com/oncepay/oncepay/internal/order"
+	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -24,6 +28,10 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
 
 	inv := inventory.NewHandler(a.inventory)
+	orders := order.NewHandler(a.orders, a.Guard)
+	payments := payment.NewHandler(a.payments, a.Guard, a.Config.ChannelSecret)
+	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention)
+	accounts := account.NewHandler(a.recharges, a.users, a.Guard, a.Config.ChannelSecret)
 	r.Route("/v1", func(r chi.Router) {
 		// Reading stock is public and naturally idempotent.
 		r.Mount("/inventory", inv.Routes())
@@ -31,10 +39,24 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 		// One-time tokens for forms (I7): a token is the Idempotency-Key of one submission.
 		r.With(web.RequireUser(a.users)).Post("/idempotency-tokens", a.Guard.TokenHandler(web.UserScope))
 
+		// Orders: create and cancel need an Idempotency-Key; get is naturally idempotent.
+		r.With(web.RequireUser(a.users)).Mount("/orders", orders.Routes())
+
+		// Payment notifications are signed by the channel and keyed by channel + trade_no.
+		r.Mount("/payments", payments.Routes())
+
+		// Recharges (I2): create needs an Idempotency-Key; the channel's signed notification is
+		// keyed by channel + trade_no and credits once (state precondition + ledger unique key).
+		r.Mount("/recharges", accounts.RechargeRoutes())
+		// The caller's balance is a read: naturally idempotent.
+		r.Mount("/accounts", accounts.AccountRoutes())
+
 		r.Route("/admin", func(r chi.Router) {
 			r.Use(web.RequireAdmin(a.Config.AdminKey, a.users))
 			r.Mount("/inventory", inv.AdminRoutes())
 			r.Get("/anomalies", a.anomalies.ListHandler)
+			// Jobs on demand: safe at any time, their changes carry state preconditions.
+			r.Mount("/jobs", jobRuns.AdminRoutes())
 		})
 	})
 	return r

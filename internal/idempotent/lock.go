@@ -91,3 +91,22 @@ func (l *lease) release() {
 	_, _ = l.mutex.UnlockContext(ctx)
 	l.cancel(nil)
 }
+
+// RunLocked runs fn while holding the cluster-wide lock name, renewed by the watchdog; fn's
+// context is cancelled if the lock is lost. When another instance holds the lock it returns
+// ok=false at once. Background jobs use it so that one instance at a time runs them; their
+// state preconditions keep them correct even when two overlap (I5).
+func (g *Guard) RunLocked(ctx context.Context, name string, fn func(ctx context.Context) error) (ok bool, err error) {
+	l, err := g.acquireLock(ctx, Key{Scope: "oncepay", BizType: "job", BizKey: name})
+	switch {
+	case errors.Is(err, errLockBusy):
+		return false, nil
+	case err != nil:
+		if rerr := g.redisFailed(LayerLock, err); rerr != nil {
+			return false, rerr
+		}
+		return true, fn(ctx) // degraded: run on the database preconditions alone
+	}
+	defer l.release()
+	return true, fn(l.ctx)
+}

@@ -24,9 +24,19 @@ type Problem struct {
 	RequestID string `json:"request_id,omitempty"`
 }
 
-// ProblemFor returns the problem document for err. It is the one place where errors become
-// HTTP: an *apperr.Error keeps its status and code; anything else is a 500 that reveals nothing.
+// ProblemFor returns the problem document for err answering r. It is the one place where
+// errors become HTTP: an *apperr.Error keeps its status and code; anything else is a 500
+// that reveals nothing.
 func ProblemFor(r *http.Request, err error) Problem {
+	p := ProblemOf(err)
+	p.Instance = r.URL.Path
+	p.RequestID = requestid.From(r.Context())
+	return p
+}
+
+// ProblemOf is ProblemFor without the request's details, for answers built away from an
+// HTTP request (a Kafka copy of a notification stores the same answer as an HTTP copy).
+func ProblemOf(err error) Problem {
 	e, ok := apperr.As(err)
 	if !ok {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -36,13 +46,11 @@ func ProblemFor(r *http.Request, err error) Problem {
 		}
 	}
 	return Problem{
-		Type:      "https://oncepay.dev/problems/" + e.Code,
-		Title:     http.StatusText(e.Status),
-		Status:    e.Status,
-		Code:      e.Code,
-		Detail:    e.Detail,
-		Instance:  r.URL.Path,
-		RequestID: requestid.From(r.Context()),
+		Type:   "https://oncepay.dev/problems/" + e.Code,
+		Title:  http.StatusText(e.Status),
+		Status: e.Status,
+		Code:   e.Code,
+		Detail: e.Detail,
 	}
 }
 

@@ -1,0 +1,82 @@
+// Package jobs runs oncepay's background work on a schedule, one instance at a time (a Redis
+// leader lock renewed by the watchdog), and on demand through the admin endpoints. Every job
+// is safe to run late, twice or concurrently, because each change it makes carries its state
+// precondition (I5), and dedup records are only purged past the redelivery window (I6).
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/order"
+)
+
+// Scheduled runs a job every Interval on the instance that holds the job's lock.
+type Scheduled struct {
+	Name     string
+	Interval time.Duration
+	Guard    *idempotent.Guard
+	Job      func(ctx context.Context) (int64, error)
+}
+
+// Run runs the job every Interval until ctx ends.
+func (s *Scheduled) Run(ctx context.Context) error {
+	t := time.NewTicker(s.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		var n int64
+		ran, err := s.Guard.RunLocked(ctx, s.Name, func(ctx context.Context) error {
+			var err error
+			n, err = s.Job(ctx)
+			return err
+		})
+		switch {
+		case err != nil && ctx.Err() == nil:
+			slog.WarnContext(ctx, "job failed", "job", s.Name, "err", err)
+		case ran && n > 0:
+			slog.InfoContext(ctx, "job ran", "job", s.Name, "affected", n)
+		}
+	}
+}
+
+// CloseExpiredOrders closes every unpaid order past its expiry, in batches, and returns how
+// many it closed. Each close is the conditional PENDING_PAYMENT → CLOSED update: an order paid
+// while the job ran is left PAID (I5), and the job's count does not include it.
+func CloseExpiredOrders(orders *order.Service) func(ctx context.Context) (int64, error) {
+	const batch = 100
+	return func(ctx context.Context) (int64, error) {
+		var closed int64
+		for {
+			ids, err := orders.ExpiredIDs(ctx, batch)
+			if err != nil {
+				return closed, err
+			}
+			for _, id := range ids {
+				moved, err := orders.Close(ctx, id)
+				if err != nil {
+					return closed, err
+				}
+				if moved {
+					closed++
+				}
+			}
+			if len(ids) < batch {
+				return closed, nil
+			}
+		}
+	}
+}
+
+// PurgeDedupRecords deletes dedup records older than retention, in bounded batches (I6).
+func PurgeDedupRecords(guard *idempotent.Guard, retention time.Duration) func(ctx context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		return guard.Purge(ctx, idempotent.PurgeOptions{OlderThan: retention})
+	}
+}

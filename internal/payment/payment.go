@@ -1,0 +1,204 @@
+// Package payment applies payment notifications from channels. Whatever path a copy takes —
+// the channel's HTTP callback, its retry, a gateway's retry, or the payment.notifications
+// Kafka topic — it is named by the same business key, channel + trade_no, and goes through
+// the same Service.Apply, so every copy converges on one dedup record and one payments row
+// (I1). The order's state precondition still holds when the dedup record is gone (I6), and a
+// payment that cannot be applied is recorded as an anomaly for refund (I5).
+package payment
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/order"
+	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/database"
+	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/requestid"
+	"github.com/oncepay/oncepay/internal/platform/web"
+)
+
+// BizType names payment notifications in the dedup table.
+const BizType = "payment.notify"
+
+// Route is the route pattern of the HTTP path; the Kafka path fingerprints its copies with
+// it too, so that an HTTP copy and a Kafka copy of one notification are the same request.
+const Route = "/v1/payments/notify"
+
+// StatusSuccess is the only notification status that pays an order.
+const StatusSuccess = "SUCCESS"
+
+// ErrAmountMismatch is a notification whose amount differs from the order's.
+var ErrAmountMismatch = apperr.New(http.StatusBadRequest, "amount_mismatch", "the paid amount differs from the order's amount")
+
+// Notification is what a channel reports (CONTRACT.md).
+type Notification struct {
+	Channel    string `json:"channel"`
+	TradeNo    string `json:"trade_no"`
+	OutTradeNo string `json:"out_trade_no"`
+	Amount     int64  `json:"amount"`
+	Status     string `json:"status"`
+}
+
+// Parse decodes and validates a notification body.
+func Parse(body []byte) (Notification, error) {
+	var n Notification
+	if err := web.DecodeBytes(body, &n); err != nil {
+		return Notification{}, err
+	}
+	switch {
+	case n.Channel == "" || len(n.Channel) > 64:
+		return Notification{}, apperr.ErrInvalidRequest.Withf("channel must be 1..64 characters")
+	case n.TradeNo == "" || len(n.TradeNo) > 128:
+		return Notification{}, apperr.ErrInvalidRequest.Withf("trade_no must be 1..128 characters")
+	case n.OutTradeNo == "":
+		return Notification{}, apperr.ErrInvalidRequest.Withf("out_trade_no is required")
+	case n.Amount < 1 || n.Amount > 10_000_000_000:
+		return Notification{}, apperr.ErrInvalidRequest.Withf("amount must be 1..10^10 cents")
+	case n.Status == "":
+		return Notification{}, apperr.ErrInvalidRequest.Withf("status is required")
+	}
+	return n, nil
+}
+
+// Key is the business idempotency key of a notification: channel + trade_no.
+func (n Notification) Key() idempotent.Key {
+	return idempotent.Key{Scope: "channel:" + n.Channel, BizType: BizType, BizKey: n.TradeNo}
+}
+
+// Payment is a row of payments.
+type Payment struct {
+	ID        int64
+	Channel   string
+	TradeNo   string
+	OrderID   int64
+	Amount    int64
+	Status    string
+	RequestID string
+	CreatedAt time.Time
+}
+
+// Result says what a notification did.
+type Result string
+
+// The results of Apply.
+const (
+	// Applied: the order moved to PAID now.
+	Applied Result = "applied"
+	// AlreadyPaid: the order was already paid by this trade (a copy that outlived its dedup
+	// record, I6).
+	AlreadyPaid Result = "already_paid"
+	// Refused: the order had moved on (cancelled, closed, paid by another trade): an anomaly
+	// was recorded for refund and nothing else changed (I5).
+	Refused Result = "refused"
+	// Ignored: a notification whose status is not SUCCESS.
+	Ignored Result = "ignored"
+)
+
+// Service applies notifications.
+type Service struct {
+	db        *gorm.DB
+	ids       *ids.Generator
+	orders    *order.Service
+	anomalies *anomaly.Recorder
+	// ChaosDelay is a drill-only fault: sleep this long inside Apply while holding the lock.
+	ChaosDelay time.Duration
+}
+
+// NewService returns the payment service.
+func NewService(db *gorm.DB, gen *ids.Generator, orders *order.Service, anomalies *anomaly.Recorder) *Service {
+	return &Service{db: db, ids: gen, orders: orders, anomalies: anomalies}
+}
+
+// Apply applies one notification. The caller runs it inside the idempotency guard (HTTP
+// middleware or Message), so ctx carries the transaction whose dedup record was inserted
+// first. The amount mismatch anomaly is written outside Apply's own savepoint so that it
+// commits with the stored 400 answer.
+func (s *Service) Apply(ctx context.Context, n Notification) (Result, error) {
+	if n.Status != StatusSuccess {
+		return Ignored, nil
+	}
+	if s.ChaosDelay > 0 {
+		select {
+		case <-time.After(s.ChaosDelay):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	orderID, ok := ids.Parse(n.OutTradeNo)
+	if !ok {
+		return "", order.ErrNotFound
+	}
+	o, err := s.orders.Lookup(ctx, orderID)
+	if err != nil {
+		return "", err
+	}
+	if o.Amount != n.Amount {
+		detail := fmt.Sprintf("order %d costs %d, channel reported %d", o.ID, o.Amount, n.Amount)
+		if err := s.record(ctx, anomaly.AmountMismatch, o.ID, n, detail); err != nil {
+			return "", err
+		}
+		return "", ErrAmountMismatch.Withf("%s", detail)
+	}
+
+	var result Result
+	err = database.Transaction(ctx, s.db, func(ctx context.Context, tx *gorm.DB) error {
+		moved, current, err := s.orders.Pay(ctx, orderID, n.Channel, n.TradeNo)
+		if err != nil {
+			return err
+		}
+		if moved {
+			result = Applied
+			p := Payment{ID: s.ids.Next(), Channel: n.Channel, TradeNo: n.TradeNo, OrderID: o.ID,
+				Amount: n.Amount, Status: StatusSuccess, RequestID: requestid.From(ctx), CreatedAt: time.Now().UTC()}
+			return database.Translate(tx.Create(&p).Error)
+		}
+		result, err = s.refuse(ctx, current, n)
+		return err
+	})
+	return result, err
+}
+
+// refuse answers a notification for an order that has moved on. The channel gets success
+// either way, so that it stops retrying; what cannot be applied is kept for refund.
+func (s *Service) refuse(ctx context.Context, o order.Order, n Notification) (Result, error) {
+	switch {
+	case o.Status == order.Paid && o.TradeNo != nil && *o.TradeNo == n.TradeNo && o.Channel != nil && *o.Channel == n.Channel:
+		return AlreadyPaid, nil
+	case o.Status == order.Paid:
+		return Refused, s.record(ctx, anomaly.DuplicatePayment, o.ID, n, fmt.Sprintf("order %d was already paid by another trade", o.ID))
+	default:
+		return Refused, s.record(ctx, anomaly.PaidAfterClose, o.ID, n, fmt.Sprintf("order %d is %s; refund the payment", o.ID, o.Status))
+	}
+}
+
+func (s *Service) record(ctx context.Context, kind string, orderID int64, n Notification, detail string) error {
+	return s.anomalies.Record(ctx, anomaly.Anomaly{
+		Kind: kind, OrderID: &orderID, Channel: n.Channel, TradeNo: n.TradeNo, Amount: n.Amount, Detail: detail,
+	})
+}
+
+// successBody is the answer channels expect, for first deliveries and duplicates alike.
+var successBody = []byte(`{"result":"success"}` + "\n")
+
+// Respond turns the outcome of Apply into the channel's answer, the same for the HTTP and the
+// Kafka path so that either can replay what the other stored. Client errors become problem
+// responses (stored and replayed); any other error is returned so that nothing is stored.
+func Respond(err error) (idempotent.Response, error) {
+	if err == nil {
+		return idempotent.Response{Status: http.StatusOK, Header: map[string]string{"Content-Type": "application/json"}, Body: successBody}, nil
+	}
+	p := web.ProblemOf(err)
+	if p.Status >= 500 {
+		return idempotent.Response{}, err
+	}
+	body, _ := json.Marshal(p)
+	return idempotent.Response{Status: p.Status, Header: map[string]string{"Content-Type": "application/problem+json"}, Body: body}, nil
+}
