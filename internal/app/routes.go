@@ -9,6 +9,7 @@ import (
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
+	"github.com/oncepay/oncepay/internal/lab"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -59,5 +60,10 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 			r.Mount("/jobs", jobRuns.AdminRoutes())
 		})
 	})
+	// The articles' bugs, for drills only (ONCEPAY_LAB=true); no real route uses them.
+	if a.Config.Lab {
+		l := lab.New(a.DB, a.Redis.Client, a.IDs, a.orders, a.Config.ChannelSecret, a.Config.ChaosPaymentDelay)
+		r.Mount("/lab", l.Routes(web.RequireUser(a.users)))
+	}
 	return r
 }
