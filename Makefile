@@ -35,6 +35,10 @@ vet:
 staticcheck:
 	$(GO) tool staticcheck $(PKGS)
 
+## drill: start an embedded server with the lab on, run every incident drill, write report.html.
+drill: build
+	./scripts/drill.sh
+
 ## bench: the idempotency benchmarks (set ONCEPAY_TEST_MYSQL_DSN and ONCEPAY_TEST_REDIS_ADDR).
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./internal/idempotent/
