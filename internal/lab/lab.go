@@ -43,13 +43,14 @@ func New(db *gorm.DB, rdb *redis.Client, gen *ids.Generator, orders *order.Servi
 }
 
 // Routes serves the replicas, mounted at /lab.
-func (l *Lab) Routes(requireUser func(http.Handler) http.Handler) chi.Router {
+// requireUser guards the user routes and requireAdmin the late close, as on the real routes.
+func (l *Lab) Routes(requireUser, requireAdmin func(http.Handler) http.Handler) chi.Router {
 	r := chi.NewRouter()
 	r.Get("/", l.index)
 	r.With(web.RequireSignature(l.secret)).Post("/recharges/notify", l.rechargeNotifyCheckThenAct)
 	r.With(requireUser).Post("/orders", l.createOrderDedupAfter)
 	r.With(web.RequireSignature(l.secret)).Post("/payments/notify", l.payWithFixedLock)
-	r.With(requireUser).Post("/orders/{order_id}/close", l.closeUnconditionally)
+	r.With(requireAdmin).Post("/orders/{order_id}/close", l.closeUnconditionally)
 	return r
 }
 

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// These are pure unit tests of the drill's client side; they need no oncepay server.
+
+func TestSignIsLowercaseHexHMACSHA256OfTheRawBody(t *testing.T) {
+	// The RFC 4231-style vector everyone knows: HMAC-SHA256("key", "The quick brown fox...").
+	got := sign([]byte("key"), []byte("The quick brown fox jumps over the lazy dog"))
+	want := "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8"
+	if got != want {
+		t.Fatalf("sign = %s, want %s", got, want)
+	}
+}
+
+func TestDoSignsTheExactBytesItSends(t *testing.T) {
+	body := []byte(`{"channel":"drill","trade_no":"T1","out_trade_no":"42","amount":1999,"status":"SUCCESS"}`)
+	var gotSig, gotBody, gotKey, gotAuth string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		gotBody, gotSig = string(b), r.Header.Get("X-Signature")
+		gotKey, gotAuth = r.Header.Get("Idempotency-Key"), r.Header.Get("Authorization")
+		w.Header().Set("Idempotency-Outcome", "replayed")
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write([]byte(`{"code":"idempotency_key_in_use"}`))
+	}))
+	defer srv.Close()
+	c := newClient(config{URL: srv.URL, ChannelSecret: "dev-channel-secret"})
+	defer c.close()
+
+	a, err := c.do(t.Context(), call{method: http.MethodPost, path: "/v1/payments/notify", body: body, signed: true, bearer: "k", idemKey: "idem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotBody != string(body) || gotSig != sign([]byte("dev-channel-secret"), body) {
+		t.Errorf("server saw body %q signature %q", gotBody, gotSig)
+	}
+	if gotKey != "idem" || gotAuth != "Bearer k" {
+		t.Errorf("server saw Idempotency-Key %q, Authorization %q", gotKey, gotAuth)
+	}
+	if a.status != 409 || a.outcome != "replayed" || !a.replayed || a.code != "idempotency_key_in_use" {
+		t.Errorf("answer = %+v", a)
+	}
+}
+
+func TestParseCountersKeepsOnlyPrefixedCounters(t *testing.T) {
+	text := `# HELP oncepay_idempotency_outcomes_total Answers by layer.
+# TYPE oncepay_idempotency_outcomes_total counter
+oncepay_idempotency_outcomes_total{layer="dedup",outcome="replayed"} 12
+oncepay_idempotency_outcomes_total{layer="lock",outcome="in_progress"} 7 1712345678000
+# TYPE oncepay_idempotency_lock_seconds histogram
+oncepay_idempotency_lock_seconds_bucket{le="0.1"} 3
+oncepay_idempotency_lock_seconds_count 3
+# TYPE oncepay_idempotency_inflight gauge
+oncepay_idempotency_inflight 2
+oncepay_idempotency_untyped_total{detail="a b}c"} 4
+http_requests_total{code="200"} 99
+`
+	got, err := parseCounters(strings.NewReader(text), counterPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		`oncepay_idempotency_outcomes_total{layer="dedup",outcome="replayed"}`:   12,
+		`oncepay_idempotency_outcomes_total{layer="lock",outcome="in_progress"}`: 7,
+		`oncepay_idempotency_untyped_total{detail="a b}c"}`:                      4,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	d := counterDelta(map[string]float64{"a": 1, "b": 2}, map[string]float64{"a": 1, "b": 5, "c": 1})
+	if len(d) != 2 || d["b"] != 3 || d["c"] != 1 {
+		t.Errorf("counterDelta = %v", d)
+	}
+}
+
+func TestFlexIDAcceptsStringsAndNumbers(t *testing.T) {
+	var v struct {
+		A, B, C flexID
+	}
+	if err := json.Unmarshal([]byte(`{"A":"1790000000000000001","B":1790000000000000002,"C":null}`), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.A != "1790000000000000001" || v.B != "1790000000000000002" || v.C != "" {
+		t.Errorf("got %+v", v)
+	}
+}
+
+func TestSentinelSharesThePartitionOfTheKeyItFollows(t *testing.T) {
+	c := newClient(config{URL: "http://x", Kafka: []string{"127.0.0.1:1"}})
+	defer c.close()
+	partitions := []int{0, 1, 2, 3, 4, 5, 6}
+	for i := range 50 {
+		after, key := fmt.Sprintf("DRILL-T-%d", i), fmt.Sprintf("DRILL-S-%d", i)
+		c.behind.Store(key, []byte(after))
+		want := c.balance(kafka.Message{Key: []byte(after)}, partitions...)
+		if got := c.balance(kafka.Message{Key: []byte(key)}, partitions...); got != want {
+			t.Fatalf("sentinel %s went to partition %d, its trade %s to %d", key, got, after, want)
+		}
+	}
+	// Without a sentinel mapping, the Java client's murmur2 placement.
+	m := kafka.Message{Key: []byte("DRILL-T-0")}
+	if got, want := c.balance(m, partitions...), (kafka.Murmur2Balancer{}).Balance(m, partitions...); got != want {
+		t.Errorf("plain key went to %d, murmur2 says %d", got, want)
+	}
+}

@@ -1,0 +1,609 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// routes are the write paths a scenario drives: the step under test goes to oncepay's route or
+// to its naive lab replica. Reads (orders, stock, balance, anomalies) always go through /v1,
+// because the lab replicas act on the same data and the same reads must see their damage.
+type routes struct {
+	// target is "oncepay" or "lab", as printed in the verdict table.
+	target         string
+	orders         string
+	paymentNotify  string
+	rechargeNotify string
+	// closeOrder is the path that closes one order unconditionally; nil for oncepay, whose
+	// only close is the job with its state precondition (I5).
+	closeOrder func(orderID string) string
+}
+
+// oncepayRoutes are the contract's routes.
+var oncepayRoutes = routes{
+	target:         "oncepay",
+	orders:         "/v1/orders",
+	paymentNotify:  "/v1/payments/notify",
+	rechargeNotify: "/v1/recharges/notify",
+}
+
+// labProbePath must answer non-404 (an index of the lab, say) when the server runs with
+// ONCEPAY_LAB=true; --lab=auto runs the lab scenarios only then.
+const labProbePath = "/lab/"
+
+// labRoutes are the naive replicas of the articles' bugs, mounted under /lab/ with
+// ONCEPAY_LAB=true. They are defined here, in one place, from the drill's side; the server's
+// lab must serve them as follows for the lab rows to read REPRODUCED:
+//
+//   - POST /lab/recharges/notify: the body and X-Signature of /v1/recharges/notify; reads the
+//     recharge, sees PENDING, then marks it and credits the balance (check-then-act, I2).
+//   - POST /lab/orders: the header and body of /v1/orders; reserves stock and creates the
+//     order first, then inserts the dedup row outside that transaction (I3).
+//   - POST /lab/payments/notify: the body and X-Signature of /v1/payments/notify; a Redis
+//     lock with a fixed 5 s TTL and no watchdog, a copy that finds it held answers 409, and
+//     ONCEPAY_CHAOS_PAYMENT_DELAY slows the work between its check and its update, so the
+//     copy at +6 s (i4Offsets) passes the check too and pays again: stock confirmed twice or
+//     paid_at stamped twice (I4).
+//   - POST /lab/orders/{order_id}/close: admin bearer; sets CLOSED with no precondition (I5).
+//
+// The lab writes the same orders, stock and balances that /v1 reads.
+var labRoutes = routes{
+	target:         "lab",
+	orders:         "/lab/orders",
+	paymentNotify:  "/lab/payments/notify",
+	rechargeNotify: "/lab/recharges/notify",
+	closeOrder:     func(id string) string { return "/lab/orders/" + id + "/close" },
+}
+
+// scenario is one drill. run fires the copies and judges the effect; lab says whether the
+// same run also goes against the lab replica, where the incident is expected to reproduce.
+type scenario struct {
+	id   string
+	name string
+	lab  bool
+	run  func(d *drill, ctx context.Context, rt routes) (outcome, error)
+}
+
+// catalog lists the scenarios in the order they run. I5 has two halves with the same id, so
+// --only I5 selects both.
+var catalog = []scenario{
+	{"I1", "triple delivery", false, (*drill).tripleDelivery},
+	{"I2", "concurrent recharge callbacks", true, (*drill).rechargeCallbacks},
+	{"I3", "same key, concurrent creates", true, (*drill).sameKeyOrders},
+	{"I4", "lock expiry under a slow payment", true, (*drill).slowPayment},
+	{"I5", "late close of a paid order", true, (*drill).lateClose},
+	{"I5", "payment after close", false, (*drill).payAfterClose},
+	{"I6", "purge before redelivery", false, (*drill).purgeThenRedeliver},
+	{"I7", "double click", false, (*drill).doubleClick},
+	{"flash-sale", "flash sale", false, (*drill).flashSale},
+}
+
+// scenarioIDs returns the distinct scenario ids in catalog order.
+func scenarioIDs() []string {
+	var ids []string
+	for _, s := range catalog {
+		if !slices.Contains(ids, s.id) {
+			ids = append(ids, s.id)
+		}
+	}
+	return ids
+}
+
+// canonicalID maps a user's spelling of a scenario id (any case) to the catalog's.
+func canonicalID(name string) (string, bool) {
+	for _, id := range scenarioIDs() {
+		if strings.EqualFold(id, name) {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+// tripleDelivery is I1: one payment notification reaches oncepay by four paths at once (three
+// HTTP retries and Kafka redeliveries), all converging on channel + trade_no.
+func (d *drill) tripleDelivery(ctx context.Context, rt routes) (outcome, error) {
+	var out outcome
+	sku, o, err := d.orderOnNewSKU(ctx, rt, "I1", 1)
+	if err != nil {
+		return out, err
+	}
+	tradeNo, body := d.notification(string(o.OrderID), o.Amount)
+	sentinel, err := d.newSentinel(ctx, rt, "I1")
+	if err != nil {
+		return out, err
+	}
+	shots := []shot{
+		d.notifyShot(0, "channel retry", rt.paymentNotify, body),
+		d.notifyShot(0, "gateway retry", rt.paymentNotify, body),
+		d.notifyShot(0, "client retry", rt.paymentNotify, body),
+	}
+	if d.c.kafka != nil {
+		for range 3 {
+			shots = append(shots, d.kafkaShot(0, "kafka redelivery", tradeNo, body))
+		}
+	} else {
+		out.notef("Kafka path disabled (--kafka=): only the 3 HTTP copies were fired")
+	}
+	w := d.watchOrder(ctx, o)
+	out.copies = fireAll(ctx, shots)
+	d.awaitSentinel(ctx, sentinel, tradeNo, &out.findings)
+	final, after, err := d.finalState(ctx, w, string(o.OrderID), sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	checkNotifyAnswers(&out.findings, out.copies)
+	checkPaidOnce(&out.findings, w, final, after.since(sku), tradeNo)
+	out.expected = "PAID once; stock available -1, reserved +0, sold +1; status never leaves PAID"
+	out.observed = fmt.Sprintf("%s; stock %s; statuses %s", final.Status, after.since(sku), w.path())
+	out.held = joinNonEmpty("paid once, sold +1, never regressed", stoppedSummary(out.copies))
+	return out, nil
+}
+
+// rechargeCallbacks is I2: twenty concurrent signed callbacks for one recharge must credit the
+// balance once.
+func (d *drill) rechargeCallbacks(ctx context.Context, rt routes) (outcome, error) {
+	var out outcome
+	const amount = 100000
+	bal0, err := d.balance(ctx)
+	if err != nil {
+		return out, err
+	}
+	var rc recharge
+	_, err = d.c.expect(ctx, call{method: http.MethodPost, path: "/v1/recharges", bearer: d.cfg.UserKey,
+		idemKey: d.key(rt, "I2"), body: []byte(`{"amount":100000}`), requestID: d.requestID()}, http.StatusCreated, &rc)
+	if err != nil {
+		return out, err
+	}
+	_, body := d.notification(string(rc.RechargeID), amount)
+	shots := make([]shot, 20)
+	for i := range shots {
+		shots[i] = d.notifyShot(0, "recharge callback", rt.rechargeNotify, body)
+	}
+	out.copies = fireAll(ctx, shots)
+	var final recharge
+	if _, err := d.c.expect(ctx, d.get("/v1/recharges/"+string(rc.RechargeID), d.cfg.UserKey), http.StatusOK, &final); err != nil {
+		return out, err
+	}
+	bal1, err := d.balance(ctx)
+	if err != nil {
+		return out, err
+	}
+	credited := bal1 - bal0
+	checkNotifyAnswers(&out.findings, out.copies)
+	if credited != amount {
+		out.effectf("balance %+d for one recharge of %d (credited %s)", credited, amount, times(credited, amount))
+	}
+	if final.Status == "PENDING" {
+		out.effectf("recharge still PENDING after its callbacks")
+	}
+	out.expected = fmt.Sprintf("balance %+d once; recharge no longer PENDING", amount)
+	out.observed = fmt.Sprintf("balance %+d; recharge %s", credited, final.Status)
+	out.held = joinNonEmpty("credited once", stoppedSummary(out.copies))
+	return out, nil
+}
+
+// sameKeyOrders is I3: twenty concurrent creates with one Idempotency-Key and one body must
+// make exactly one order, however the server orders its dedup row and business change.
+func (d *drill) sameKeyOrders(ctx context.Context, rt routes) (outcome, error) {
+	var out outcome
+	const qty = 2
+	sku, err := d.newSKU(ctx, rt, "I3", 1999, 100)
+	if err != nil {
+		return out, err
+	}
+	key, body := d.key(rt, "I3"), orderBody(sku.SKU, qty)
+	shots := make([]shot, 20)
+	for i := range shots {
+		shots[i] = d.httpShot(0, "resubmission", call{method: http.MethodPost, path: rt.orders,
+			bearer: d.cfg.UserKey, idemKey: key, body: body})
+	}
+	out.copies = fireAll(ctx, shots)
+	after, err := d.stock(ctx, sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	delta := after.since(sku)
+	ids := refsOf(out.copies, http.StatusCreated)
+	if bad := unexpected(out.copies, func(c copyRecord) bool {
+		return c.Status == http.StatusCreated || (c.Status == http.StatusConflict && c.Code == "idempotency_key_in_use")
+	}); bad != "" {
+		out.answerf("answers other than 201 or 409 idempotency_key_in_use: %s", bad)
+	}
+	if n := countOutcome(out.copies, "executed"); n > 1 {
+		out.answerf("%d copies report Idempotency-Outcome: executed", n)
+	}
+	if len(ids) > 1 {
+		out.effectf("%d different order_ids for one key", len(ids))
+	}
+	if want := (stockDelta{-qty, qty, 0}); delta != want {
+		out.effectf("stock %s, want %s (%s orders' worth)", delta, want, times(delta.reserved, qty))
+	}
+	out.expected = fmt.Sprintf("one order: stock %s; every 201 has the same order_id", stockDelta{-qty, qty, 0})
+	out.observed = fmt.Sprintf("%d order_id(s); stock %s", len(ids), delta)
+	out.held = joinNonEmpty(fmt.Sprintf("one order, reserved +%d once", qty), stoppedSummary(out.copies))
+	return out, nil
+}
+
+// i4Offsets space the copies of I4 across a slow payment. The brief's 0, +1 s and +3 s land
+// while the first copy still holds its lock; +6 s is the incident's retry, after a fixed 5 s
+// lock has expired and before an 8 s payment finishes, so the lab replica can reproduce it.
+var i4Offsets = []time.Duration{0, time.Second, 3 * time.Second, 6 * time.Second}
+
+// slowPayment is I4: copies of one notification spaced across a slow payment. The drill
+// cannot slow the server; it reports whether the server was slow enough to test the lock.
+func (d *drill) slowPayment(ctx context.Context, rt routes) (outcome, error) {
+	var out outcome
+	sku, o, err := d.orderOnNewSKU(ctx, rt, "I4", 1)
+	if err != nil {
+		return out, err
+	}
+	tradeNo, body := d.notification(string(o.OrderID), o.Amount)
+	shots := make([]shot, len(i4Offsets))
+	for i, at := range i4Offsets {
+		label := "first delivery"
+		if at > 0 {
+			label = "retry +" + at.String()
+		}
+		shots[i] = d.notifyShot(at, label, rt.paymentNotify, body)
+	}
+	w := d.watchOrder(ctx, o)
+	out.copies = fireAll(ctx, shots)
+	final, after, err := d.finalState(ctx, w, string(o.OrderID), sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	checkNotifyAnswers(&out.findings, out.copies)
+	checkPaidOnce(&out.findings, w, final, after.since(sku), tradeNo)
+	slowest := 0.0
+	for _, c := range out.copies {
+		slowest = max(slowest, c.DurationMS)
+	}
+	if slowest < 1000 {
+		out.notef("the server answered every copy within %.0fms, so no copy overlapped a held lock; "+
+			"start it with ONCEPAY_CHAOS_PAYMENT_DELAY=8s (and ONCEPAY_LOCK_TTL=5s) to replay I4", slowest)
+	}
+	out.expected = "PAID once; stock available -1, reserved +0, sold +1"
+	out.observed = fmt.Sprintf("%s; stock %s; slowest answer %.0fms", final.Status, after.since(sku), slowest)
+	out.held = joinNonEmpty(fmt.Sprintf("paid once across copies spread over %s", i4Offsets[len(i4Offsets)-1]), stoppedSummary(out.copies))
+	return out, nil
+}
+
+// lateClose is the first half of I5: a close that runs late must not close a paid order.
+// oncepay's close is the job with its precondition; the lab's is an unconditional UPDATE.
+func (d *drill) lateClose(ctx context.Context, rt routes) (outcome, error) {
+	var out outcome
+	sku, o, err := d.orderOnNewSKU(ctx, rt, "I5", 1)
+	if err != nil {
+		return out, err
+	}
+	id := string(o.OrderID)
+	_, body := d.notification(id, o.Amount)
+	t0 := time.Now()
+	pay := d.c.fireHTTP(ctx, t0, "payment", d.notifyCall(oncepayRoutes.paymentNotify, body), nil)
+	out.copies = append(out.copies, pay)
+	paid, err := d.order(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	if paid.Status != "PAID" {
+		return out, fmt.Errorf("the order is %s after its payment answered %d %s; this half needs a paid order", paid.Status, pay.Status, pay.Code)
+	}
+	paidStock, err := d.stock(ctx, sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	closeCall := call{method: http.MethodPost, path: "/v1/admin/jobs/close-expired-orders/run", bearer: d.cfg.AdminKey, requestID: d.requestID()}
+	label := "close job"
+	if rt.closeOrder != nil {
+		closeCall.path, label = rt.closeOrder(id), "late close"
+	}
+	var job struct {
+		Closed int64 `json:"closed"`
+	}
+	closing := d.c.fireHTTP(ctx, t0, label, closeCall, &job)
+	out.copies = append(out.copies, closing)
+	if rt.closeOrder == nil && closing.Status != http.StatusOK {
+		return out, fmt.Errorf("%s answered %d %s, want 200", closeCall.route(), closing.Status, closing.Code)
+	}
+	final, err := d.order(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	after, err := d.stock(ctx, sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	if final.Status != "PAID" {
+		out.effectf("the paid order is now %s", final.Status)
+	}
+	if delta := after.since(paidStock); delta != (stockDelta{}) {
+		out.effectf("the close moved the paid order's stock: %s", delta)
+	}
+	out.expected = "order stays PAID; stock unchanged by the close"
+	out.observed = fmt.Sprintf("%s; stock %s", final.Status, after.since(paidStock))
+	out.held = fmt.Sprintf("paid order stayed PAID after the close job (which closed %d expired orders)", job.Closed)
+	if rt.closeOrder != nil {
+		out.held = "paid order stayed PAID after the late close"
+	}
+	return out, nil
+}
+
+// maxDrillTTL is the longest order TTL the drill waits out for the second half of I5.
+const maxDrillTTL = 5 * time.Second
+
+// payAfterClose is the second half of I5: an order that expired and was closed, then paid,
+// stays CLOSED with its stock untouched, and the payment is recorded for refund. It needs a
+// server started with a tiny ONCEPAY_ORDER_TTL; otherwise it is skipped.
+func (d *drill) payAfterClose(ctx context.Context, rt routes) (outcome, error) {
+	var out outcome
+	sku, o, err := d.orderOnNewSKU(ctx, rt, "I5X", 1)
+	if err != nil {
+		return out, err
+	}
+	id := string(o.OrderID)
+	created := time.Now()
+	ttl, err := o.ttl()
+	if err != nil {
+		return out, err
+	}
+	if ttl > maxDrillTTL {
+		out.skipped = fmt.Sprintf("ORDER_TTL too long: %s; start the server with ONCEPAY_ORDER_TTL=%s or less to run this half", ttl, maxDrillTTL)
+		return out, nil
+	}
+	if err := sleep(ctx, time.Until(created.Add(ttl+time.Second))); err != nil {
+		return out, err
+	}
+	t0 := time.Now()
+	out.copies = append(out.copies, d.c.fireHTTP(ctx, t0, "close job", call{method: http.MethodPost,
+		path: "/v1/admin/jobs/close-expired-orders/run", bearer: d.cfg.AdminKey, requestID: d.requestID()}, nil))
+	closed, err := d.order(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	if closed.Status != "CLOSED" {
+		out.effectf("the expired order is %s after the close job, want CLOSED", closed.Status)
+	}
+	closedStock, err := d.stock(ctx, sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	if delta := closedStock.since(sku); delta != (stockDelta{}) {
+		out.effectf("closing did not release the reservation: stock %s since before the order", delta)
+	}
+	tradeNo, body := d.notification(id, o.Amount)
+	pay := d.c.fireHTTP(ctx, t0, "late payment", d.notifyCall(oncepayRoutes.paymentNotify, body), nil)
+	out.copies = append(out.copies, pay)
+	if pay.Status != http.StatusOK {
+		out.answerf("the payment for a closed order answered %d %s, want 200 so the channel stops", pay.Status, pay.Code)
+	}
+	final, err := d.order(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	after, err := d.stock(ctx, sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	if final.Status != closed.Status {
+		out.effectf("the payment moved the closed order to %s", final.Status)
+	}
+	if delta := after.since(closedStock); delta != (stockDelta{}) {
+		out.effectf("the payment moved a closed order's stock: %s", delta)
+	}
+	found, err := d.hasAnomaly(ctx, "paid_after_close", id, tradeNo)
+	if err != nil {
+		return out, err
+	}
+	if !found {
+		out.effectf("no paid_after_close anomaly for the order: the payment would be neither applied nor refunded")
+	}
+	out.expected = "order stays CLOSED; stock unchanged by the payment; anomaly paid_after_close recorded"
+	out.observed = fmt.Sprintf("%s; stock %s; anomaly recorded: %t", final.Status, after.since(closedStock), found)
+	out.held = "closed order stayed CLOSED after a late payment, stock unchanged, paid_after_close recorded"
+	return out, nil
+}
+
+// purgeThenRedeliver is I6: after the dedup rows are purged, a redelivery over HTTP and Kafka
+// must still find the order PAID and change nothing, through the state precondition alone.
+func (d *drill) purgeThenRedeliver(ctx context.Context, rt routes) (outcome, error) {
+	var out outcome
+	sku, o, err := d.orderOnNewSKU(ctx, rt, "I6", 1)
+	if err != nil {
+		return out, err
+	}
+	id := string(o.OrderID)
+	tradeNo, body := d.notification(id, o.Amount)
+	t0 := time.Now()
+	out.copies = append(out.copies, d.c.fireHTTP(ctx, t0, "first delivery", d.notifyCall(rt.paymentNotify, body), nil))
+	paid, err := d.order(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	if paid.Status != "PAID" {
+		return out, fmt.Errorf("the order is %s after its first payment; I6 needs a paid order", paid.Status)
+	}
+	paidStock, err := d.stock(ctx, sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	var purge struct {
+		Purged int64 `json:"purged"`
+	}
+	purgeCall := call{method: http.MethodPost, path: "/v1/admin/jobs/purge-dedup-records/run", bearer: d.cfg.AdminKey,
+		body: []byte(`{"older_than":"0s"}`), requestID: d.requestID()}
+	if _, err := d.c.expect(ctx, purgeCall, http.StatusOK, &purge); err != nil {
+		return out, err
+	}
+	sentinel, err := d.newSentinel(ctx, rt, "I6")
+	if err != nil {
+		return out, err
+	}
+	if purge.Purged == 0 {
+		out.notef("the purge removed no dedup rows, so the redelivery may have met the row it was meant to miss")
+	}
+	shots := []shot{
+		d.notifyShot(0, "channel redelivery", rt.paymentNotify, body),
+		d.notifyShot(0, "gateway redelivery", rt.paymentNotify, body),
+	}
+	if d.c.kafka != nil {
+		shots = append(shots, d.kafkaShot(0, "kafka redelivery", tradeNo, body), d.kafkaShot(0, "kafka redelivery", tradeNo, body))
+	} else {
+		out.notef("Kafka path disabled (--kafka=): the redelivery went over HTTP only")
+	}
+	w := d.watchOrder(ctx, paid)
+	redelivered := fireAll(ctx, shots)
+	out.copies = append(out.copies, redelivered...)
+	d.awaitSentinel(ctx, sentinel, tradeNo, &out.findings)
+	final, after, err := d.finalState(ctx, w, id, sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	checkNotifyAnswers(&out.findings, redelivered)
+	checkPaidOnce(&out.findings, w, final, after.since(sku), tradeNo)
+	out.expected = fmt.Sprintf("still PAID at %s; stock unchanged by the redelivery", paid.PaidAt)
+	out.observed = fmt.Sprintf("%s at %s; stock %s since the first payment", final.Status, final.PaidAt, after.since(paidStock))
+	out.held = joinNonEmpty(fmt.Sprintf("still PAID once after purging %d dedup rows, sold unchanged", purge.Purged), stoppedSummary(redelivered))
+	return out, nil
+}
+
+// doubleClick is I7: an order form submitted twice with its one-time token, first one after
+// the other and then five times at once with a second token, makes one order per token.
+func (d *drill) doubleClick(ctx context.Context, rt routes) (outcome, error) {
+	var out outcome
+	sku, err := d.newSKU(ctx, rt, "I7", 1999, 100)
+	if err != nil {
+		return out, err
+	}
+	body := orderBody(sku.SKU, 1)
+	click := func(token string) call {
+		return call{method: http.MethodPost, path: oncepayRoutes.orders, bearer: d.cfg.UserKey, idemKey: token, body: body}
+	}
+	tok1, err := d.token(ctx)
+	if err != nil {
+		return out, err
+	}
+	sequential := fireInOrder(ctx, []shot{d.httpShot(0, "first click", click(tok1)), d.httpShot(0, "second click", click(tok1))})
+	tok2, err := d.token(ctx)
+	if err != nil {
+		return out, err
+	}
+	shots := make([]shot, 5)
+	for i := range shots {
+		shots[i] = d.httpShot(0, "rapid click", click(tok2))
+	}
+	concurrent := fireAll(ctx, shots)
+	out.copies = append(sequential, concurrent...)
+	after, err := d.stock(ctx, sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	for _, group := range [][]copyRecord{sequential, concurrent} {
+		checkOneResult(&out.findings, group)
+	}
+	ids := refsOf(out.copies, http.StatusCreated)
+	if want := (stockDelta{-2, 2, 0}); after.since(sku) != want {
+		out.effectf("stock %s for two tokens, want %s", after.since(sku), want)
+	}
+	out.expected = "one order per token (2 orders); stock available -2, reserved +2, sold +0"
+	out.observed = fmt.Sprintf("%d order_id(s); stock %s", len(ids), after.since(sku))
+	out.held = joinNonEmpty("one order per token", stoppedSummary(out.copies))
+	return out, nil
+}
+
+// checkOneResult checks the copies sent with one token: the first 201 is the order, every
+// duplicate is that same order replayed or a 409 while it is still being made.
+func checkOneResult(f *findings, group []copyRecord) {
+	if ids := refsOf(group, http.StatusCreated); len(ids) > 1 {
+		f.effectf("one token made %d orders", len(ids))
+	}
+	fresh := 0
+	for _, c := range group {
+		if c.Status == http.StatusCreated && !c.Replayed {
+			fresh++
+		}
+	}
+	if fresh > 1 {
+		f.answerf("%d answers to one token are not marked Idempotent-Replayed: true", fresh)
+	}
+	if bad := unexpected(group, func(c copyRecord) bool {
+		return c.Status == http.StatusCreated || (c.Status == http.StatusConflict && c.Code == "idempotency_key_in_use")
+	}); bad != "" {
+		f.answerf("a duplicate must get the first result, got: %s", bad)
+	}
+}
+
+// flashSale sells 5 units to 50 concurrent buyers with distinct keys: exactly 5 orders, 45
+// out_of_stock, and stock never below zero.
+func (d *drill) flashSale(ctx context.Context, rt routes) (outcome, error) {
+	var out outcome
+	const units, buyers = 5, 50
+	sku, err := d.newSKU(ctx, rt, "FLASH", 100, units)
+	if err != nil {
+		return out, err
+	}
+	body := orderBody(sku.SKU, 1)
+	shots := make([]shot, buyers)
+	for i := range shots {
+		key := d.cfg.UserKey
+		if i%2 == 1 {
+			key = d.cfg.OtherUserKey
+		}
+		shots[i] = d.httpShot(0, "buyer", call{method: http.MethodPost, path: rt.orders, bearer: key,
+			idemKey: d.key(rt, "FLASH-"+strconv.Itoa(i)), body: body})
+	}
+	var mu sync.Mutex
+	lowest := sku.Available
+	stop := poll(ctx, 10*time.Millisecond, func(ctx context.Context) {
+		if s, err := d.stock(ctx, sku.SKU); err == nil {
+			mu.Lock()
+			lowest = min(lowest, s.Available)
+			mu.Unlock()
+		}
+	})
+	out.copies = fireAll(ctx, shots)
+	stop()
+	after, err := d.stock(ctx, sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	lowest = min(lowest, after.Available)
+	sold, soldOut := 0, 0
+	for _, c := range out.copies {
+		switch {
+		case c.Status == http.StatusCreated:
+			sold++
+		case c.Status == http.StatusConflict && c.Code == "out_of_stock":
+			soldOut++
+		}
+	}
+	if bad := unexpected(out.copies, func(c copyRecord) bool {
+		return c.Status == http.StatusCreated || (c.Status == http.StatusConflict && c.Code == "out_of_stock")
+	}); bad != "" {
+		out.answerf("answers other than 201 or 409 out_of_stock: %s", bad)
+	}
+	switch {
+	case sold > units:
+		out.effectf("oversold: %d orders for %d units", sold, units)
+	case sold < units:
+		out.effectf("undersold: %d orders while %d units were available", sold, units)
+	}
+	if ids := refsOf(out.copies, http.StatusCreated); len(ids) != sold {
+		out.effectf("%d created answers carry %d distinct order_ids", sold, len(ids))
+	}
+	if lowest < 0 {
+		out.effectf("available went negative (%d)", lowest)
+	}
+	if after.Available != 0 || after.Reserved != units {
+		out.effectf("stock ends at available %d, reserved %d; want 0 and %d", after.Available, after.Reserved, units)
+	}
+	out.expected = fmt.Sprintf("%d × 201, %d × 409 out_of_stock; available 0, reserved %d, never negative", units, buyers-units, units)
+	out.observed = fmt.Sprintf("%d × 201, %d × 409 out_of_stock; available %d, reserved %d, lowest seen %d", sold, soldOut, after.Available, after.Reserved, lowest)
+	out.held = fmt.Sprintf("%d sold, %d × out_of_stock, available never below 0", sold, soldOut)
+	return out, nil
+}
