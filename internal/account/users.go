@@ -2,6 +2,13 @@
 // balance change. Balances live here rather than in internal/payment because a balance is the
 // account's invariant (balance == sum of its ledger rows), whatever business fact credits it:
 // a recharge today, a refund or a purchase by balance tomorrow.
+//
+// Recharges are where incident I2 happened: two concurrent channel callbacks both read
+// "pending" and credited one top-up twice. Recharges.Notify is the defense, in layers: the
+// idempotency record on channel + trade_no (internal/idempotent), the conditional UPDATE
+// PENDING → SUCCEEDED whose rows affected decides, and the ledger's unique (biz_type, biz_id),
+// with the Redis lock in front as a fast path. docs/recharge-strategies.md measures the
+// alternatives the articles rank and says why this combination.
 package account
 
 import (

@@ -1,0 +1,92 @@
+package account_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/platform/database"
+	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
+)
+
+// TestLedgerCreditOncePerFact is the ledger's unique key as the last line of I2: a second
+// credit of the same business fact is refused and its balance update rolled back.
+func TestLedgerCreditOncePerFact(t *testing.T) {
+	db := testenv.DB(t)
+	ctx := context.Background()
+	gen := testIDs(t)
+	userID, err := account.NewUsers(db, gen).Ensure(ctx, "ledger-"+randHex(3), "k-"+randHex(6))
+	must(t, err)
+	ledger := account.NewLedger(db, gen)
+
+	first, err := ledger.Credit(ctx, userID, 700, account.BizTypeRecharge, "42")
+	if err != nil || first.BalanceAfter != 700 {
+		t.Fatalf("first credit: %+v, %v", first, err)
+	}
+	if _, err := ledger.Credit(ctx, userID, 700, account.BizTypeRecharge, "42"); !errors.Is(err, account.ErrAlreadyCredited) {
+		t.Fatalf("second credit of the same fact: %v, want ErrAlreadyCredited", err)
+	}
+	second, err := ledger.Credit(ctx, userID, 300, account.BizTypeRecharge, "43")
+	if err != nil || second.BalanceAfter != 1000 {
+		t.Fatalf("credit of another fact: %+v, %v", second, err)
+	}
+	var acct account.Account
+	must(t, db.Where("user_id = ?", userID).Take(&acct).Error)
+	if acct.Balance != 1000 || acct.Version != 2 {
+		t.Errorf("account = %+v, want balance 1000 version 2", acct)
+	}
+	invariant(t, db)
+	if _, err := ledger.Credit(ctx, userID+1, 1, account.BizTypeRecharge, "44"); err == nil {
+		t.Errorf("credit of a user without an account succeeded")
+	}
+}
+
+// TestNotifyRollsBackWithTheCallersTransaction checks the rollback path: Notify joins the
+// transaction its context carries, so when that transaction rolls back (the guard's, on a 5xx
+// or a lost lock) the status change and the credit are gone, and a retry credits once.
+func TestNotifyRollsBackWithTheCallersTransaction(t *testing.T) {
+	db := testenv.DB(t)
+	ctx := context.Background()
+	gen := testIDs(t)
+	userID, err := account.NewUsers(db, gen).Ensure(ctx, "rollback-"+randHex(3), "k-"+randHex(6))
+	must(t, err)
+	recharges := account.NewRecharges(db, gen, account.NewLedger(db, gen), anomaly.NewRecorder(db, gen))
+	rc, err := recharges.Create(ctx, userID, 900)
+	must(t, err)
+	n := account.Notification{Channel: "alipay", TradeNo: "RB-1", OutTradeNo: ids.Format(rc.ID), Amount: 900, Status: account.ChannelStatusSuccess}
+
+	boom := errors.New("the caller failed after the use case")
+	err = database.Transaction(ctx, db, func(ctx context.Context, _ *gorm.DB) error {
+		outcome, err := recharges.Notify(ctx, n)
+		if err != nil || outcome != account.NotifyCredited {
+			t.Fatalf("notify inside the transaction: %s, %v", outcome, err)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("transaction: %v", err)
+	}
+	if got, _ := recharges.Get(ctx, userID, rc.ID); got.Status != account.RechargePending {
+		t.Errorf("after rollback the recharge is %s, want PENDING", got.Status)
+	}
+	if bal, _ := recharges.Ledger().Balance(ctx, userID); bal != 0 {
+		t.Errorf("after rollback the balance is %d, want 0", bal)
+	}
+
+	// The retry credits once; a copy after it is a duplicate.
+	if outcome, err := recharges.Notify(ctx, n); err != nil || outcome != account.NotifyCredited {
+		t.Fatalf("retry: %s, %v", outcome, err)
+	}
+	if outcome, err := recharges.Notify(ctx, n); err != nil || outcome != account.NotifyDuplicate {
+		t.Fatalf("copy after the retry: %s, %v", outcome, err)
+	}
+	if bal, _ := recharges.Ledger().Balance(ctx, userID); bal != 900 {
+		t.Errorf("balance %d, want 900", bal)
+	}
+	invariant(t, db)
+}

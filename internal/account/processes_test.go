@@ -1,0 +1,203 @@
+package account_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/platform/redisx"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
+)
+
+// TestThreeProcessesCreditOnce is TestThreeInstancesCreditOnce with nothing shared but
+// MariaDB and Redis: the real binary, built once, started three times on free ports with
+// distinct node ids and data directories. The same notification is sent to all three at
+// once, round after round; every recharge is credited once.
+//
+// The processes use Redis database 0 (the binary has no setting for another); the keys they
+// leave there (replay cache entries) are deleted at the end.
+func TestThreeProcessesCreditOnce(t *testing.T) {
+	testenv.RequireMySQL(t)
+	redisAddr := os.Getenv(testenv.EnvRedisAddr)
+	if redisAddr == "" || testing.Short() {
+		t.Skip("needs a real Redis (ONCEPAY_TEST_REDIS_ADDR) and builds the binary; skipped with -short")
+	}
+	db, dsn := testenv.DBWithDSN(t)
+	e := &env{t: t, db: db, users: account.NewUsers(db, testIDs(t))}
+	bin := buildOncepay(t)
+	channel := "proc-" + randHex(4)
+	userID, key := e.user("procs")
+	t.Cleanup(func() { dropRedisKeys(redisAddr, channel, userID) })
+
+	var wg sync.WaitGroup
+	urls := make([]string, 3)
+	for i := range urls {
+		wg.Go(func() { urls[i] = startProcess(t, bin, i+1, dsn, redisAddr) })
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	e.instances = []*instance{{url: urls[0]}}
+
+	const rounds = 20
+	var (
+		outcomes tally
+		want     int64
+	)
+	for round := range rounds {
+		amount := int64(3000 + round)
+		want += amount
+		id := e.createRecharge(key, amount)
+		n := account.Notification{Channel: channel, TradeNo: fmt.Sprintf("P-%d-%s", round, randHex(4)), OutTradeNo: id, Amount: amount, Status: "SUCCESS"}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, url := range urls {
+			for range 2 {
+				wg.Go(func() {
+					<-start
+					r, seen := notifyUntilDone(t, url, n)
+					if r.Status != http.StatusOK {
+						t.Errorf("round %d: %s", round, r)
+					}
+					outcomes.add(seen...)
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		creditedOnce(t, db, id, n.TradeNo)
+	}
+	t.Logf("%d rounds x 6 copies over 3 processes: outcomes %s", rounds, outcomes.String())
+	if got := outcomes.get("executed"); got != rounds {
+		t.Errorf("executed %d times over %d rounds, want once per round", got, rounds)
+	}
+	if got := invariant(t, db)[userID]; got != want {
+		t.Errorf("balance = %d, want %d", got, want)
+	}
+}
+
+// buildOncepay compiles cmd/oncepay into a temporary directory.
+func buildOncepay(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "oncepay")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/oncepay/oncepay/cmd/oncepay").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build ./cmd/oncepay: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startProcess starts the binary as instance node on a free port, waits for /healthz and
+// stops it (SIGTERM, then kill) when the test ends. It returns the base URL.
+func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	cmd := exec.Command(bin)
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+		"ONCEPAY_HTTP_ADDR=" + addr,
+		"ONCEPAY_MYSQL_DSN=" + dsn,
+		"ONCEPAY_REDIS_ADDR=" + redisAddr,
+		"ONCEPAY_EMBEDDED_KAFKA_ADDR=127.0.0.1:0",
+		"ONCEPAY_DATA_DIR=" + t.TempDir(),
+		"ONCEPAY_NODE_ID=" + fmt.Sprint(node),
+		"ONCEPAY_CHANNEL_SECRET=" + testSecret,
+		"ONCEPAY_ADMIN_KEY=test-admin-key",
+		"ONCEPAY_SEED_DEMO=false",
+	}
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Errorf("start instance %d: %v", node, err)
+		return ""
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("instance %d log:\n%s", node, logs.String())
+		}
+	})
+	url := "http://" + addr
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			t.Errorf("instance %d exited: %v\n%s", node, err, logs.String())
+			return ""
+		default:
+		}
+		if resp, err := http.Get(url + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("instance %d did not answer /healthz within 60s\n%s", node, logs.String())
+	return ""
+}
+
+// freeAddr returns a loopback address with a port free at the time of the call.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// dropRedisKeys deletes the idempotency keys the processes left in Redis database 0.
+func dropRedisKeys(addr, channel string, userID int64) {
+	ctx := context.Background()
+	rdb := redisx.NewClient(addr, 0)
+	defer rdb.Close()
+	for _, pattern := range []string{"oncepay:idem:*channel:" + channel + ":*", fmt.Sprintf("oncepay:idem:*user:%d:*", userID)} {
+		iter := rdb.Scan(ctx, 0, pattern, 500).Iterator()
+		for iter.Next(ctx) {
+			_ = rdb.Del(ctx, iter.Val()).Err()
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the process's output and the test may use at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

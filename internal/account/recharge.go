@@ -1,0 +1,292 @@
+package account
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/database"
+	"github.com/oncepay/oncepay/internal/platform/ids"
+)
+
+// RechargeStatus is where a recharge stands.
+type RechargeStatus string
+
+// The recharge statuses: a recharge is created PENDING and a channel's success notification
+// moves it to SUCCEEDED, once.
+const (
+	RechargePending   RechargeStatus = "PENDING"
+	RechargeSucceeded RechargeStatus = "SUCCEEDED"
+)
+
+// rechargeFrom is the transition table: for each status, the statuses a recharge may reach
+// it from. Every status change is a conditional UPDATE whose precondition is read from here.
+var rechargeFrom = map[RechargeStatus][]RechargeStatus{
+	RechargeSucceeded: {RechargePending},
+}
+
+// MaxAmount is the largest amount, in cents, a recharge may ask for (10^10).
+const MaxAmount = 10_000_000_000
+
+// ChannelStatusSuccess is the notification status that means the channel took the money.
+// Any other status is acknowledged and changes nothing (CONTRACT.md).
+const ChannelStatusSuccess = "SUCCESS"
+
+// Errors of the recharge routes.
+var (
+	// ErrAmountMismatch answers a notification whose amount differs from the recharge's. It
+	// is a deterministic 4xx, so the idempotency layer stores it and replays it to copies.
+	ErrAmountMismatch = apperr.New(http.StatusBadRequest, "amount_mismatch", "the notified amount differs from the recharge's amount")
+	// ErrRechargeNotFound is an unknown or malformed recharge id, or another user's recharge.
+	ErrRechargeNotFound = apperr.ErrNotFound.Withf("no such recharge")
+	// ErrInvalidAmount is an amount outside 1..10^10 cents.
+	ErrInvalidAmount = apperr.ErrInvalidRequest.Withf("amount must be an integer number of cents in 1..10^10")
+	// ErrTradeNoTaken is a channel trade_no that already paid another recharge.
+	ErrTradeNoTaken = apperr.New(http.StatusConflict, "illegal_state", "this channel trade_no already paid another recharge")
+)
+
+// Recharge is a row of recharges: a top-up a user asked for and a channel will pay.
+type Recharge struct {
+	ID     int64
+	UserID int64
+	Amount int64
+	Status RechargeStatus
+	// Channel and TradeNo name the payment that succeeded it. They stay NULL while PENDING,
+	// so that the unique index on (channel, trade_no) only binds paid recharges.
+	Channel     *string
+	TradeNo     *string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	SucceededAt *time.Time
+}
+
+// TableName is the table of Recharge.
+func (Recharge) TableName() string { return "recharges" }
+
+// paidBy reports whether the recharge was succeeded by this channel payment.
+func (rc Recharge) paidBy(channel, tradeNo string) bool {
+	return rc.Channel != nil && rc.TradeNo != nil && *rc.Channel == channel && *rc.TradeNo == tradeNo
+}
+
+// Notification is what a channel reports about a recharge it was asked to collect.
+type Notification struct {
+	Channel string `json:"channel"`
+	TradeNo string `json:"trade_no"`
+	// OutTradeNo is the recharge id oncepay gave the channel.
+	OutTradeNo string `json:"out_trade_no"`
+	Amount     int64  `json:"amount"`
+	Status     string `json:"status"`
+}
+
+// Validate checks the fields' presence and lengths (the columns' widths), so that nothing is
+// truncated or refused by the database, and the amount of a success. The amount of another
+// status is not checked: such a notification is acknowledged whatever it says.
+func (n Notification) Validate() error {
+	switch {
+	case n.Channel == "" || len(n.Channel) > 64:
+		return apperr.ErrInvalidRequest.Withf("channel is required, 1..64 characters")
+	case n.TradeNo == "" || len(n.TradeNo) > 128:
+		return apperr.ErrInvalidRequest.Withf("trade_no is required, 1..128 characters")
+	case n.OutTradeNo == "":
+		return apperr.ErrInvalidRequest.Withf("out_trade_no is required: the recharge_id")
+	case n.Status == "" || len(n.Status) > 32:
+		return apperr.ErrInvalidRequest.Withf("status is required, 1..32 characters")
+	case n.Status == ChannelStatusSuccess && (n.Amount < 1 || n.Amount > MaxAmount):
+		return ErrInvalidAmount
+	}
+	return nil
+}
+
+// NotifyOutcome says what a notification did.
+type NotifyOutcome string
+
+// The outcomes of Recharges.Notify.
+const (
+	// NotifyCredited: this notification moved the recharge to SUCCEEDED and credited it.
+	NotifyCredited NotifyOutcome = "credited"
+	// NotifyDuplicate: the recharge was already SUCCEEDED by this same payment.
+	NotifyDuplicate NotifyOutcome = "duplicate"
+	// NotifyDuplicatePayment: the recharge was already SUCCEEDED by another payment; this
+	// one is recorded as a duplicate_payment anomaly for refund.
+	NotifyDuplicatePayment NotifyOutcome = "duplicate_payment"
+	// NotifyIgnored: the status was not SUCCESS; nothing changed.
+	NotifyIgnored NotifyOutcome = "ignored"
+)
+
+// StateRejected reports whether the recharge's state precondition turned the notification
+// away (the recharge had already moved on).
+func (o NotifyOutcome) StateRejected() bool {
+	return o == NotifyDuplicate || o == NotifyDuplicatePayment
+}
+
+// Recharges creates recharges and applies the channels' notifications about them.
+type Recharges struct {
+	db        *gorm.DB
+	ids       *ids.Generator
+	ledger    *Ledger
+	anomalies *anomaly.Recorder
+}
+
+// NewRecharges returns the recharge service on db; credits go through ledger and payments
+// that cannot be applied are kept by anomalies.
+func NewRecharges(db *gorm.DB, gen *ids.Generator, ledger *Ledger, anomalies *anomaly.Recorder) *Recharges {
+	return &Recharges{db: db, ids: gen, ledger: ledger, anomalies: anomalies}
+}
+
+// Ledger is the ledger the recharges credit.
+func (s *Recharges) Ledger() *Ledger { return s.ledger }
+
+// Create records a PENDING recharge of amount cents for userID, in the transaction ctx
+// carries (the idempotency layer's, so that a retried POST returns this same recharge).
+func (s *Recharges) Create(ctx context.Context, userID, amount int64) (Recharge, error) {
+	if amount < 1 || amount > MaxAmount {
+		return Recharge{}, ErrInvalidAmount
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	rc := Recharge{ID: s.ids.Next(), UserID: userID, Amount: amount, Status: RechargePending, CreatedAt: now, UpdatedAt: now}
+	if err := database.Conn(ctx, s.db).Create(&rc).Error; err != nil {
+		return Recharge{}, err
+	}
+	return rc, nil
+}
+
+// Get returns the user's recharge id; another user's recharge is ErrRechargeNotFound.
+func (s *Recharges) Get(ctx context.Context, userID, id int64) (Recharge, error) {
+	var rc Recharge
+	err := database.Conn(ctx, s.db).Where("id = ? AND user_id = ?", id, userID).Take(&rc).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Recharge{}, ErrRechargeNotFound
+	}
+	return rc, err
+}
+
+// Notify applies a channel's notification about a recharge: a success moves it PENDING →
+// SUCCEEDED and credits the balance, exactly once however many copies arrive and however
+// concurrently. This is the defense against I2, where two concurrent callbacks both read
+// "pending" and the top-up was credited twice.
+//
+// It runs in the transaction ctx carries — the idempotency layer's, whose dedup record on
+// channel + trade_no was inserted first (I3) — inside a savepoint of its own, so that a
+// rejected notification undoes its own writes and nothing else. Its anomalies are recorded
+// after the savepoint, in the outer transaction, because they must commit with the answer
+// even when the answer is amount_mismatch.
+func (s *Recharges) Notify(ctx context.Context, n Notification) (NotifyOutcome, error) {
+	if n.Status != ChannelStatusSuccess {
+		return NotifyIgnored, nil
+	}
+	id, ok := ids.Parse(n.OutTradeNo)
+	if !ok {
+		return "", ErrRechargeNotFound
+	}
+	var (
+		outcome NotifyOutcome
+		found   *anomaly.Anomaly
+	)
+	err := database.Transaction(ctx, s.db, func(ctx context.Context, tx *gorm.DB) error {
+		// 1. The state precondition (I2): PENDING → SUCCEEDED for the amount asked, in one
+		//    conditional UPDATE. The database serializes copies on the row, so only one of
+		//    them can match; rows affected decides, never a SELECT made before it.
+		moved, err := s.markSucceeded(tx, id, n)
+		if err != nil {
+			return err
+		}
+		rc, err := lockRecharge(tx, id)
+		if err != nil {
+			return err
+		}
+		if moved {
+			// 2. Credit once: the balance in place, plus the ledger row whose unique
+			//    (biz_type, biz_id) is the last line should anything get past step 1.
+			outcome = NotifyCredited
+			_, err := s.ledger.Credit(ctx, rc.UserID, rc.Amount, BizTypeRecharge, ids.Format(rc.ID))
+			return err
+		}
+		// 3. No row matched: the recharge is for another amount, or has moved on.
+		outcome, found, err = rejection(rc, n)
+		return err
+	})
+	// 4. Anomalies commit with the answer, outside the savepoint.
+	if found != nil {
+		if rerr := s.anomalies.Record(ctx, *found); rerr != nil {
+			return "", rerr
+		}
+	}
+	if errors.Is(err, ErrAlreadyCredited) {
+		// The ledger caught a second credit the state precondition should have stopped; the
+		// savepoint undid it. The fact is credited once, so the channel may stop.
+		slog.ErrorContext(ctx, "recharge: the ledger's unique key caught a second credit (I2)",
+			"recharge_id", n.OutTradeNo, "channel", n.Channel, "trade_no", n.TradeNo, "err", err)
+		return NotifyDuplicate, nil
+	}
+	return outcome, err
+}
+
+// markSucceeded is the conditional UPDATE of Notify: it reports whether this notification
+// moved the recharge to SUCCEEDED.
+func (s *Recharges) markSucceeded(tx *gorm.DB, id int64, n Notification) (bool, error) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	res := tx.Model(&Recharge{}).
+		Where("id = ? AND status IN ? AND amount = ?", id, rechargeFrom[RechargeSucceeded], n.Amount).
+		Updates(map[string]any{
+			"status":       RechargeSucceeded,
+			"channel":      n.Channel,
+			"trade_no":     n.TradeNo,
+			"succeeded_at": now,
+			"updated_at":   now,
+		})
+	if err := database.Translate(res.Error); err != nil {
+		if errors.Is(err, database.ErrDuplicateKey) {
+			return false, ErrTradeNoTaken.Withf("channel %q trade_no %q already paid another recharge", n.Channel, n.TradeNo)
+		}
+		return false, err
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// lockRecharge reads the recharge as it stands now. It is a locking read on purpose: under
+// REPEATABLE READ a plain SELECT may answer from a snapshot older than the copy that just
+// won the row, and see PENDING where the UPDATE saw SUCCEEDED.
+func lockRecharge(tx *gorm.DB, id int64) (Recharge, error) {
+	var rc Recharge
+	err := tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).Where("id = ?", id).Take(&rc).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Recharge{}, ErrRechargeNotFound
+	}
+	return rc, err
+}
+
+// rejection explains why the conditional UPDATE matched no row, from the recharge as it
+// stands, and names the anomaly to record, if any.
+func rejection(rc Recharge, n Notification) (NotifyOutcome, *anomaly.Anomaly, error) {
+	record := func(kind, detail string) *anomaly.Anomaly {
+		return &anomaly.Anomaly{Kind: kind, RechargeID: &rc.ID, Channel: n.Channel, TradeNo: n.TradeNo, Amount: n.Amount, Detail: detail}
+	}
+	switch {
+	case rc.Amount != n.Amount:
+		detail := fmt.Sprintf("recharge %d asked for %d cents; the channel reported %d", rc.ID, rc.Amount, n.Amount)
+		return "", record(anomaly.AmountMismatch, detail), ErrAmountMismatch.Withf("%s", detail)
+	case rc.Status == RechargeSucceeded && rc.paidBy(n.Channel, n.TradeNo):
+		return NotifyDuplicate, nil, nil
+	case rc.Status == RechargeSucceeded:
+		detail := fmt.Sprintf("recharge %d was already paid by %s %s; refund this payment", rc.ID, deref(rc.Channel), deref(rc.TradeNo))
+		return NotifyDuplicatePayment, record(anomaly.DuplicatePayment, detail), nil
+	default:
+		// A locking read after the UPDATE cannot see PENDING with the same amount.
+		return "", nil, fmt.Errorf("recharge %d is %s after its conditional update matched nothing", rc.ID, rc.Status)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

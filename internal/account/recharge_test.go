@@ -1,0 +1,426 @@
+package account_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/platform/web"
+)
+
+// TestRechargeRoundTrip is the happy path over HTTP: create, read, notify, read the balance.
+func TestRechargeRoundTrip(t *testing.T) {
+	e := newEnv(t)
+	url := e.instances[0].url
+	userID, key := e.user("alice")
+	auth := []string{"Authorization", "Bearer " + key}
+
+	create := send(t, http.MethodPost, url+"/v1/recharges", []byte(`{"amount":100000}`), append(auth, "Idempotency-Key", "k1")...)
+	if create.Status != http.StatusCreated || create.Outcome() != "executed" {
+		t.Fatalf("create: %s", create)
+	}
+	var rc account.RechargeView
+	must(t, json.Unmarshal(create.Body, &rc))
+	if rc.Status != "PENDING" || rc.Amount != 100000 || rc.CreatedAt == "" || rc.UserID != fmt.Sprint(userID) {
+		t.Errorf("created recharge = %+v", rc)
+	}
+	if got := create.Header.Get("Location"); got != "/v1/recharges/"+rc.RechargeID {
+		t.Errorf("Location = %q", got)
+	}
+	// The same key again is the same recharge, replayed.
+	again := send(t, http.MethodPost, url+"/v1/recharges", []byte(`{"amount":100000}`), append(auth, "Idempotency-Key", "k1")...)
+	if again.Status != http.StatusCreated || again.Outcome() != "replayed" || string(again.Body) != string(create.Body) {
+		t.Errorf("same key again: %s", again)
+	}
+
+	n := account.Notification{Channel: "alipay", TradeNo: "T-" + randHex(6), OutTradeNo: rc.RechargeID, Amount: 100000, Status: "SUCCESS"}
+	if r := signedNotify(t, url, n); r.Status != http.StatusOK || strings.TrimSpace(string(r.Body)) != `{"result":"success"}` {
+		t.Fatalf("notify: %s", r)
+	}
+	get := send(t, http.MethodGet, url+"/v1/recharges/"+rc.RechargeID, nil, auth...)
+	var after account.RechargeView
+	must(t, json.Unmarshal(get.Body, &after))
+	if get.Status != http.StatusOK || after.Status != "SUCCEEDED" || after.TradeNo != n.TradeNo || after.SucceededAt == "" {
+		t.Errorf("get after notify: %s", get)
+	}
+	me := send(t, http.MethodGet, url+"/v1/accounts/me", nil, auth...)
+	var acct account.AccountView
+	must(t, json.Unmarshal(me.Body, &acct))
+	if me.Status != http.StatusOK || acct.Balance != 100000 || acct.UserID != fmt.Sprint(userID) {
+		t.Errorf("accounts/me: %s", me)
+	}
+	if !strings.Contains(string(me.Body), `"user_id":"`) {
+		t.Errorf("user_id is not a JSON string: %s", me.Body)
+	}
+	invariant(t, e.db)
+}
+
+// TestNotifyStormCreditsOnce is I2 over HTTP: 50 copies of one success notification at once,
+// each resent while it gets 409 like a channel would. The recharge is credited once, with one
+// ledger row, and exactly one copy executed the use case.
+func TestNotifyStormCreditsOnce(t *testing.T) {
+	e := newEnv(t)
+	userID, key := e.user("storm")
+	const amount = 100000
+	id := e.createRecharge(key, amount)
+	n := account.Notification{Channel: "alipay", TradeNo: "T-" + randHex(6), OutTradeNo: id, Amount: amount, Status: "SUCCESS"}
+
+	var (
+		start    = make(chan struct{})
+		wg       sync.WaitGroup
+		outcomes tally
+		finals   tally
+	)
+	for range 50 {
+		wg.Go(func() {
+			<-start
+			r, seen := notifyUntilDone(t, e.instances[0].url, n)
+			outcomes.add(seen...)
+			finals.add(fmt.Sprintf("%d %s", r.Status, strings.TrimSpace(string(r.Body))))
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	t.Logf("answers: %s; outcomes: %s", finals.String(), outcomes.String())
+	if got := finals.get(`200 {"result":"success"}`); got != 50 {
+		t.Errorf("%d of 50 copies ended with 200 success; answers: %s", got, finals.String())
+	}
+	if got := outcomes.get("executed"); got != 1 {
+		t.Errorf("the use case executed %d times, want 1 (outcomes: %s)", got, outcomes.String())
+	}
+	creditedOnce(t, e.db, id, n.TradeNo)
+	if got := invariant(t, e.db)[userID]; got != amount {
+		t.Errorf("balance = %d, want %d (credited once)", got, amount)
+	}
+}
+
+// TestNotifyStormDistinctTradeNos sends 50 concurrent success notifications for one recharge,
+// each under its own trade_no: 50 different idempotency keys, so neither the dedup record nor
+// the lock can help. The state precondition alone holds: one credit, 49 answers
+// state_rejected, 49 duplicate_payment anomalies for refund.
+func TestNotifyStormDistinctTradeNos(t *testing.T) {
+	e := newEnv(t)
+	userID, key := e.user("distinct")
+	const amount = 2500
+	id := e.createRecharge(key, amount)
+
+	var (
+		start    = make(chan struct{})
+		wg       sync.WaitGroup
+		outcomes tally
+	)
+	for i := range 50 {
+		wg.Go(func() {
+			n := account.Notification{Channel: "wechat", TradeNo: fmt.Sprintf("D-%d-%s", i, randHex(3)), OutTradeNo: id, Amount: amount, Status: "SUCCESS"}
+			<-start
+			r, seen := notifyUntilDone(t, e.instances[0].url, n)
+			if r.Status != http.StatusOK {
+				t.Errorf("copy %d: %s", i, r)
+			}
+			outcomes.add(seen[len(seen)-1])
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	t.Logf("outcomes: %s", outcomes.String())
+	if outcomes.get("executed") != 1 || outcomes.get("state_rejected") != 49 {
+		t.Errorf("outcomes %s, want executed=1 state_rejected=49", outcomes.String())
+	}
+	if got := invariant(t, e.db)[userID]; got != amount {
+		t.Errorf("balance = %d, want %d", got, amount)
+	}
+	if s := takeSnapshot(t, e.db); s.LedgerRows != 1 || s.Anomalies["duplicate_payment"] != 49 {
+		t.Errorf("ledger rows %d (want 1), duplicate_payment anomalies %d (want 49)", s.LedgerRows, s.Anomalies["duplicate_payment"])
+	}
+}
+
+// TestThreeInstancesCreditOnce is I2 across servers: three app instances, each with its own
+// connection pool, Redis client and node id, on one MariaDB and one Redis. Every round sends
+// the same notification to all three at once, twice each; every recharge is credited once.
+// A process-local mutex could not give this (see TestStrategies).
+func TestThreeInstancesCreditOnce(t *testing.T) {
+	testenv.RequireMySQL(t)
+	e := newMultiEnv(t, 3)
+	userID, key := e.user("multi")
+	const rounds, copiesPerInstance = 30, 2
+
+	var (
+		outcomes tally
+		want     int64
+	)
+	for round := range rounds {
+		amount := int64(1000 + round)
+		want += amount
+		id := e.createRecharge(key, amount)
+		n := account.Notification{Channel: "unionpay", TradeNo: fmt.Sprintf("M-%d-%s", round, randHex(4)), OutTradeNo: id, Amount: amount, Status: "SUCCESS"}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, in := range e.instances {
+			for range copiesPerInstance {
+				wg.Go(func() {
+					<-start
+					r, seen := notifyUntilDone(t, in.url, n)
+					if r.Status != http.StatusOK {
+						t.Errorf("round %d: %s", round, r)
+					}
+					outcomes.add(seen...)
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		creditedOnce(t, e.db, id, n.TradeNo)
+	}
+	t.Logf("%d rounds x %d copies: outcomes %s", rounds, 3*copiesPerInstance, outcomes.String())
+	if got := outcomes.get("executed"); got != rounds {
+		t.Errorf("executed %d times over %d rounds, want once per round", got, rounds)
+	}
+	if got := invariant(t, e.db)[userID]; got != want {
+		t.Errorf("balance = %d, want %d", got, want)
+	}
+}
+
+// TestManyRechargesKeepTheInvariant creates 1,000 recharges over 20 users and notifies each
+// three times, all copies shuffled and sent 16 at a time. Afterwards, for every user,
+// balance == sum(ledger) == sum of that user's recharge amounts. Without MySQL it runs a
+// tenth of the volume on SQLite.
+func TestManyRechargesKeepTheInvariant(t *testing.T) {
+	recharges, users, workers := 1000, 20, 16
+	if !testenv.UsingMySQL() {
+		recharges = 100
+	}
+	e := newEnv(t)
+	url := e.instances[0].url
+	type payer struct {
+		id  int64
+		key string
+	}
+	payers := make([]payer, users)
+	for i := range payers {
+		payers[i].id, payers[i].key = e.user(fmt.Sprintf("u%02d", i))
+	}
+
+	// Create the recharges, 16 at a time, over HTTP.
+	type job struct {
+		payer int
+		n     account.Notification
+	}
+	jobs := make([]job, recharges)
+	want := map[int64]int64{}
+	for i := range jobs {
+		jobs[i] = job{payer: i % users, n: account.Notification{
+			Channel: "alipay", TradeNo: fmt.Sprintf("B-%d-%s", i, randHex(3)), Amount: int64(100 + rand.IntN(100000)), Status: "SUCCESS",
+		}}
+		want[payers[i%users].id] += jobs[i].n.Amount
+	}
+	parallel(workers, len(jobs), func(i int) {
+		p := payers[jobs[i].payer]
+		r := send(t, http.MethodPost, url+"/v1/recharges", fmt.Appendf(nil, `{"amount":%d}`, jobs[i].n.Amount),
+			"Authorization", "Bearer "+p.key, "Idempotency-Key", fmt.Sprintf("bulk-%d", i))
+		var v account.RechargeView
+		if r.Status != http.StatusCreated || json.Unmarshal(r.Body, &v) != nil {
+			t.Errorf("create %d: %s", i, r)
+			return
+		}
+		jobs[i].n.OutTradeNo = v.RechargeID
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Three copies of every notification, in random order, 16 at a time.
+	copies := make([]account.Notification, 0, 3*len(jobs))
+	for _, j := range jobs {
+		copies = append(copies, j.n, j.n, j.n)
+	}
+	rand.Shuffle(len(copies), func(i, j int) { copies[i], copies[j] = copies[j], copies[i] })
+	var outcomes tally
+	began := time.Now()
+	parallel(workers, len(copies), func(i int) {
+		r, seen := notifyUntilDone(t, url, copies[i])
+		if r.Status != http.StatusOK {
+			t.Errorf("notify %s: %s", copies[i].OutTradeNo, r)
+		}
+		outcomes.add(seen[len(seen)-1])
+	})
+	t.Logf("%d notifications in %s: final outcomes %s", len(copies), time.Since(began).Round(time.Millisecond), outcomes.String())
+
+	balances := invariant(t, e.db)
+	for _, p := range payers {
+		if balances[p.id] != want[p.id] {
+			t.Errorf("user %d: balance %d, want the sum of their recharges %d", p.id, balances[p.id], want[p.id])
+		}
+	}
+	s := takeSnapshot(t, e.db)
+	if s.LedgerRows != int64(recharges) {
+		t.Errorf("%d ledger rows, want %d", s.LedgerRows, recharges)
+	}
+	for id, st := range s.Statuses {
+		if st != "SUCCEEDED" {
+			t.Errorf("recharge %d is %s", id, st)
+		}
+	}
+}
+
+// parallel runs fn(0..n-1) on workers goroutines.
+func parallel(workers, n int, fn func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				fn(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// TestRechargeBadInput sends each bad request and checks its answer and that the business
+// state (balances, ledger, recharge statuses, anomalies) changed only as the row says.
+func TestRechargeBadInput(t *testing.T) {
+	e := newEnv(t)
+	url := e.instances[0].url
+	ctx := context.Background()
+	_, aliceKey := e.user("alice")
+	_, bobKey := e.user("bob")
+	pending := e.createRecharge(aliceKey, 5000)
+	paid := e.createRecharge(aliceKey, 7000)
+	paidBy := account.Notification{Channel: "alipay", TradeNo: "PAID-" + randHex(4), OutTradeNo: paid, Amount: 7000, Status: "SUCCESS"}
+	if r := signedNotify(t, url, paidBy); r.Status != http.StatusOK {
+		t.Fatalf("pay the second recharge: %s", r)
+	}
+	notify := func(n account.Notification) []byte { b, _ := json.Marshal(n); return b }
+	ok := account.Notification{Channel: "alipay", TradeNo: "X-" + randHex(4), OutTradeNo: pending, Amount: 5000, Status: "SUCCESS"}
+	with := func(f func(*account.Notification)) account.Notification { n := ok; f(&n); return n }
+	signed := func(body []byte) []string { return []string{web.HeaderSignature, web.Sign(testSecret, body)} }
+	alice := []string{"Authorization", "Bearer " + aliceKey}
+
+	tests := []struct {
+		name    string
+		method  string
+		path    string
+		body    []byte
+		headers []string
+		// times sends the request this many times (default 1); every answer must match.
+		times   int
+		before  func(t *testing.T)
+		status  int
+		code    string
+		outcome string
+		// anomalies is the anomaly rows the request must add, by kind; nothing else changes.
+		anomalies map[string]int64
+	}{
+		{name: "create400_amount_zero", method: "POST", path: "/v1/recharges", body: []byte(`{"amount":0}`),
+			headers: append(alice, "Idempotency-Key", "bad-0"), status: 400, code: "invalid_request"},
+		{name: "create400_amount_negative", method: "POST", path: "/v1/recharges", body: []byte(`{"amount":-5}`),
+			headers: append(alice, "Idempotency-Key", "bad-neg"), status: 400, code: "invalid_request"},
+		{name: "create400_amount_over_1e10", method: "POST", path: "/v1/recharges", body: []byte(`{"amount":10000000001}`),
+			headers: append(alice, "Idempotency-Key", "bad-big"), status: 400, code: "invalid_request"},
+		{name: "create400_amount_missing", method: "POST", path: "/v1/recharges", body: []byte(`{}`),
+			headers: append(alice, "Idempotency-Key", "bad-none"), status: 400, code: "invalid_request"},
+		{name: "create400_amount_fraction", method: "POST", path: "/v1/recharges", body: []byte(`{"amount":1.5}`),
+			headers: append(alice, "Idempotency-Key", "bad-frac"), status: 400, code: "invalid_request"},
+		{name: "create400_malformed_json", method: "POST", path: "/v1/recharges", body: []byte(`{"amount":`),
+			headers: append(alice, "Idempotency-Key", "bad-json"), status: 400, code: "invalid_request"},
+		{name: "create400_unknown_field", method: "POST", path: "/v1/recharges", body: []byte(`{"amount":100,"bonus":1}`),
+			headers: append(alice, "Idempotency-Key", "bad-field"), status: 400, code: "invalid_request"},
+		{name: "create400_key_missing", method: "POST", path: "/v1/recharges", body: []byte(`{"amount":100}`),
+			headers: alice, status: 400, code: "idempotency_key_missing"},
+		{name: "create401_no_user", method: "POST", path: "/v1/recharges", body: []byte(`{"amount":100}`),
+			headers: []string{"Idempotency-Key", "anon"}, status: 401, code: "unauthorized"},
+		{name: "get404_other_users", method: "GET", path: "/v1/recharges/" + pending,
+			headers: []string{"Authorization", "Bearer " + bobKey}, status: 404, code: "not_found"},
+		{name: "get404_unknown", method: "GET", path: "/v1/recharges/123456789", headers: alice, status: 404, code: "not_found"},
+		{name: "get404_malformed", method: "GET", path: "/v1/recharges/not-an-id", headers: alice, status: 404, code: "not_found"},
+		{name: "notify401_wrong_signature", method: "POST", path: "/v1/recharges/notify", body: notify(ok),
+			headers: []string{web.HeaderSignature, web.Sign("another-secret", notify(ok))}, status: 401, code: "invalid_signature"},
+		{name: "notify401_no_signature", method: "POST", path: "/v1/recharges/notify", body: notify(ok),
+			status: 401, code: "invalid_signature"},
+		{name: "notify400_amount_mismatch", method: "POST", path: "/v1/recharges/notify",
+			body:  notify(with(func(n *account.Notification) { n.Amount = 4999; n.TradeNo = "MM-" + randHex(4) })),
+			times: 3, status: 400, code: "amount_mismatch", anomalies: map[string]int64{"amount_mismatch": 1}},
+		{name: "notify404_unknown_recharge", method: "POST", path: "/v1/recharges/notify",
+			body:   notify(with(func(n *account.Notification) { n.OutTradeNo = "123456789"; n.TradeNo = "U-" + randHex(4) })),
+			status: 404, code: "not_found"},
+		{name: "notify404_malformed_recharge_id", method: "POST", path: "/v1/recharges/notify",
+			body:   notify(with(func(n *account.Notification) { n.OutTradeNo = "abc"; n.TradeNo = "U2-" + randHex(4) })),
+			status: 404, code: "not_found"},
+		{name: "notify400_malformed_json", method: "POST", path: "/v1/recharges/notify", body: []byte(`{"channel":"alipay",`),
+			status: 400, code: "invalid_request"},
+		{name: "notify400_trade_no_missing", method: "POST", path: "/v1/recharges/notify",
+			body: notify(with(func(n *account.Notification) { n.TradeNo = "" })), status: 400, code: "invalid_request"},
+		{name: "notify400_channel_missing", method: "POST", path: "/v1/recharges/notify",
+			body: notify(with(func(n *account.Notification) { n.Channel = "" })), status: 400, code: "invalid_request"},
+		{name: "notify400_amount_zero", method: "POST", path: "/v1/recharges/notify",
+			body: notify(with(func(n *account.Notification) { n.Amount = 0; n.TradeNo = "Z-" + randHex(4) })), status: 400, code: "invalid_request"},
+		{name: "notify400_unknown_field", method: "POST", path: "/v1/recharges/notify",
+			body:   []byte(`{"channel":"alipay","trade_no":"F-1","out_trade_no":"` + pending + `","amount":5000,"status":"SUCCESS","x":1}`),
+			status: 400, code: "invalid_request"},
+		{name: "notify200_status_not_success", method: "POST", path: "/v1/recharges/notify",
+			body:  notify(with(func(n *account.Notification) { n.Status = "TRADE_CLOSED"; n.TradeNo = "NS-" + randHex(4) })),
+			times: 2, status: 200},
+		{name: "notify200_duplicate_payment", method: "POST", path: "/v1/recharges/notify",
+			body:  notify(with(func(n *account.Notification) { n.OutTradeNo = paid; n.Amount = 7000; n.TradeNo = "DUP-" + randHex(4) })),
+			times: 2, status: 200, outcome: "state_rejected", anomalies: map[string]int64{"duplicate_payment": 1}},
+		{name: "notify200_duplicate_after_purge", method: "POST", path: "/v1/recharges/notify", body: notify(paidBy),
+			before: func(t *testing.T) {
+				if _, err := e.instances[0].app.Guard.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Second}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			status: 200, outcome: "state_rejected"},
+		{name: "notify409_trade_no_of_another_recharge", method: "POST", path: "/v1/recharges/notify",
+			body: notify(with(func(n *account.Notification) { n.TradeNo = paidBy.TradeNo })),
+			before: func(t *testing.T) {
+				if _, err := e.instances[0].app.Guard.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Second}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			status: 409, code: "illegal_state"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.before != nil {
+				tt.before(t)
+			}
+			headers := tt.headers
+			if tt.path == "/v1/recharges/notify" && headers == nil && tt.code != "invalid_signature" {
+				headers = signed(tt.body)
+			}
+			before := takeSnapshot(t, e.db)
+			for i := range max(tt.times, 1) {
+				r := send(t, tt.method, url+tt.path, tt.body, headers...)
+				if r.Status != tt.status || r.Code() != tt.code {
+					t.Errorf("copy %d: got %s, want %d %s", i+1, r, tt.status, tt.code)
+				}
+				if tt.outcome != "" && i == 0 && r.Outcome() != tt.outcome {
+					t.Errorf("Idempotency-Outcome = %q, want %q", r.Outcome(), tt.outcome)
+				}
+			}
+			after := takeSnapshot(t, e.db)
+			for kind, n := range tt.anomalies {
+				before.Anomalies[kind] += n
+			}
+			if fmt.Sprint(before) != fmt.Sprint(after) {
+				t.Errorf("business state changed:\nbefore (+ expected anomalies) %+v\nafter  %+v", before, after)
+			}
+		})
+	}
+	invariant(t, e.db)
+}
