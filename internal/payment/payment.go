@@ -68,9 +68,15 @@ func Parse(body []byte) (Notification, error) {
 	return n, nil
 }
 
-// Key is the business idempotency key of a notification: channel + trade_no.
+// Key is the business idempotency key of a notification: channel + trade_no. A notification
+// whose status is not SUCCESS (a channel may report WAIT_PAY before SUCCESS) is keyed apart,
+// trade_no#STATUS, so that its stored answer never turns the later SUCCESS into a mismatch.
 func (n Notification) Key() idempotent.Key {
-	return idempotent.Key{Scope: "channel:" + n.Channel, BizType: BizType, BizKey: n.TradeNo}
+	key := n.TradeNo
+	if n.Status != StatusSuccess {
+		key += "#" + n.Status
+	}
+	return idempotent.Key{Scope: "channel:" + n.Channel, BizType: BizType, BizKey: key}
 }
 
 // Payment is a row of payments.
