@@ -62,8 +62,8 @@ func Parse(body []byte) (Notification, error) {
 		return Notification{}, apperr.ErrInvalidRequest.Withf("out_trade_no is required")
 	case n.Amount < 1 || n.Amount > 10_000_000_000:
 		return Notification{}, apperr.ErrInvalidRequest.Withf("amount must be 1..10^10 cents")
-	case n.Status == "":
-		return Notification{}, apperr.ErrInvalidRequest.Withf("status is required")
+	case n.Status == "" || len(n.Status) > 32:
+		return Notification{}, apperr.ErrInvalidRequest.Withf("status must be 1..32 characters")
 	}
 	return n, nil
 }
