@@ -200,6 +200,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Int64("node_id", c.NodeID),
 		slog.Bool("lab", c.Lab),
 		slog.String("chaos_payment_delay", c.ChaosPaymentDelay.String()),
+		slog.String("close_job_interval", c.CloseJobInterval.String()),
+		slog.String("purge_job_interval", c.PurgeJobInterval.String()),
 	)
 }
 

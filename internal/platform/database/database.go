@@ -66,8 +66,10 @@ func Open(opts Options) (*gorm.DB, error) {
 		}
 		// WAL lets readers run beside the writer; _txlock=immediate takes the write lock at
 		// BEGIN so two writers queue on busy_timeout instead of failing to upgrade a read lock.
+		// No _time_format: glebarez/go-sqlite v1.21 stops reading parameters after it, which
+		// silently dropped _txlock; its default write format is already the "sqlite" one.
 		dsn := "file:" + opts.SQLitePath + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)" +
-			"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate&_time_format=sqlite"
+			"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 		dialector = sqlite.Open(dsn)
 	}
 	db, err := gorm.Open(dialector, cfg)

@@ -1,0 +1,464 @@
+package config_test
+
+import (
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/config"
+)
+
+// env turns a map into the lookup LoadFrom takes, so that no test reads the real environment.
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	}
+}
+
+// realSecrets are non-dev secrets, needed by every case that configures a MySQL DSN.
+var realSecrets = map[string]string{
+	"ONCEPAY_CHANNEL_SECRET": "s3cret-channel-value",
+	"ONCEPAY_ADMIN_KEY":      "s3cret-admin-value",
+}
+
+// with returns base plus extra, without changing either.
+func with(base map[string]string, extra map[string]string) map[string]string {
+	out := make(map[string]string, len(base)+len(extra))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
+}
+
+// defaults is the configuration CONTRACT.md promises when no variable is set.
+func defaults() config.Config {
+	return config.Config{
+		HTTPAddr:            ":8080",
+		MySQLDSN:            "",
+		DataDir:             "./data",
+		RedisAddr:           "",
+		EmbeddedRedisAddr:   "127.0.0.1:16379",
+		KafkaBrokers:        nil,
+		EmbeddedKafkaAddr:   "127.0.0.1:19092",
+		ChannelSecret:       "dev-channel-secret",
+		AdminKey:            "dev-admin-key",
+		SeedDemo:            true,
+		OrderTTL:            15 * time.Minute,
+		LockTTL:             30 * time.Second,
+		DedupRetention:      720 * time.Hour,
+		MaxRedeliveryWindow: 72 * time.Hour,
+		RedisFailureMode:    config.RedisDegrade,
+		NodeID:              1,
+		Lab:                 false,
+		ChaosPaymentDelay:   0,
+		CloseJobInterval:    30 * time.Second,
+		PurgeJobInterval:    time.Hour,
+	}
+}
+
+// everyVariable sets every ONCEPAY_* variable to a value other than its default.
+var everyVariable = map[string]string{
+	"ONCEPAY_HTTP_ADDR":             "127.0.0.1:9090",
+	"ONCEPAY_MYSQL_DSN":             "app:pw@tcp(db:3306)/oncepay?parseTime=true",
+	"ONCEPAY_DATA_DIR":              "/var/lib/oncepay",
+	"ONCEPAY_REDIS_ADDR":            "redis:6379",
+	"ONCEPAY_EMBEDDED_REDIS_ADDR":   "127.0.0.1:26379",
+	"ONCEPAY_KAFKA_BROKERS":         " k1:9092, ,k2:9092 ",
+	"ONCEPAY_EMBEDDED_KAFKA_ADDR":   "127.0.0.1:29092",
+	"ONCEPAY_CHANNEL_SECRET":        "prod-channel-secret",
+	"ONCEPAY_ADMIN_KEY":             "prod-admin-key",
+	"ONCEPAY_SEED_DEMO":             "true",
+	"ONCEPAY_ORDER_TTL":             "20m",
+	"ONCEPAY_LOCK_TTL":              "45s",
+	"ONCEPAY_DEDUP_RETENTION":       "1000h",
+	"ONCEPAY_MAX_REDELIVERY_WINDOW": "96h",
+	"ONCEPAY_REDIS_FAILURE_MODE":    "reject",
+	"ONCEPAY_NODE_ID":               "1023",
+	"ONCEPAY_LAB":                   "true",
+	"ONCEPAY_CHAOS_PAYMENT_DELAY":   "2s",
+	"ONCEPAY_CLOSE_JOB_INTERVAL":    "5s",
+	"ONCEPAY_PURGE_JOB_INTERVAL":    "10m",
+}
+
+// everyVariableParsed is what everyVariable must parse to.
+var everyVariableParsed = config.Config{
+	HTTPAddr:            "127.0.0.1:9090",
+	MySQLDSN:            "app:pw@tcp(db:3306)/oncepay?parseTime=true",
+	DataDir:             "/var/lib/oncepay",
+	RedisAddr:           "redis:6379",
+	EmbeddedRedisAddr:   "127.0.0.1:26379",
+	KafkaBrokers:        []string{"k1:9092", "k2:9092"},
+	EmbeddedKafkaAddr:   "127.0.0.1:29092",
+	ChannelSecret:       "prod-channel-secret",
+	AdminKey:            "prod-admin-key",
+	SeedDemo:            true,
+	OrderTTL:            20 * time.Minute,
+	LockTTL:             45 * time.Second,
+	DedupRetention:      1000 * time.Hour,
+	MaxRedeliveryWindow: 96 * time.Hour,
+	RedisFailureMode:    config.RedisReject,
+	NodeID:              1023,
+	Lab:                 true,
+	ChaosPaymentDelay:   2 * time.Second,
+	CloseJobInterval:    5 * time.Second,
+	PurgeJobInterval:    10 * time.Minute,
+}
+
+// TestLoadFromValid covers configurations that must load, and what they load to.
+func TestLoadFromValid(t *testing.T) {
+	tests := []struct {
+		name string
+		vars map[string]string
+		want config.Config
+	}{
+		{name: "defaults", vars: nil, want: defaults()},
+		{
+			name: "blank values mean the default",
+			vars: map[string]string{"ONCEPAY_HTTP_ADDR": "  ", "ONCEPAY_LOCK_TTL": "", "ONCEPAY_NODE_ID": " "},
+			want: defaults(),
+		},
+		{name: "every variable parsed", vars: everyVariable, want: everyVariableParsed},
+		{
+			name: "seed defaults to false with a MySQL DSN",
+			vars: with(realSecrets, map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db:3306)/x"}),
+			want: func() config.Config {
+				c := defaults()
+				c.MySQLDSN = "u:p@tcp(db:3306)/x"
+				c.ChannelSecret, c.AdminKey = realSecrets["ONCEPAY_CHANNEL_SECRET"], realSecrets["ONCEPAY_ADMIN_KEY"]
+				c.SeedDemo = false
+				return c
+			}(),
+		},
+		{
+			name: "retention equal to the redelivery window is enough",
+			vars: map[string]string{"ONCEPAY_DEDUP_RETENTION": "72h", "ONCEPAY_MAX_REDELIVERY_WINDOW": "72h"},
+			want: func() config.Config {
+				c := defaults()
+				c.DedupRetention = 72 * time.Hour
+				return c
+			}(),
+		},
+		{
+			name: "node id bounds are inclusive",
+			vars: map[string]string{"ONCEPAY_NODE_ID": "0"},
+			want: func() config.Config {
+				c := defaults()
+				c.NodeID = 0
+				return c
+			}(),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := config.LoadFrom(env(tt.vars))
+			if err != nil {
+				t.Fatalf("LoadFrom: unexpected error:\n%v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("LoadFrom =\n%+v\nwant\n%+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestEveryFieldHasAVariable fails when a field is added to Config without its variable in
+// everyVariable, or when everyVariable names a variable LoadFrom ignores: unsetting each
+// variable in turn must change at least one field, and every field must be changed by one.
+func TestEveryFieldHasAVariable(t *testing.T) {
+	full, err := config.LoadFrom(env(everyVariable))
+	if err != nil {
+		t.Fatalf("LoadFrom: %v", err)
+	}
+	fv := reflect.ValueOf(full)
+	controlled := map[string]bool{}
+	for name := range everyVariable {
+		without := with(everyVariable, nil)
+		delete(without, name)
+		// Unsetting a secret makes the configuration invalid; the parsed values still count.
+		partial, _ := config.LoadFrom(env(without))
+		pv := reflect.ValueOf(partial)
+		changed := false
+		for i := 0; i < fv.NumField(); i++ {
+			if !reflect.DeepEqual(fv.Field(i).Interface(), pv.Field(i).Interface()) {
+				controlled[fv.Type().Field(i).Name] = true
+				changed = true
+			}
+		}
+		if !changed {
+			t.Errorf("unsetting %s changes no field: LoadFrom does not read it, or everyVariable sets it to its default", name)
+		}
+	}
+	for i := 0; i < fv.NumField(); i++ {
+		if name := fv.Type().Field(i).Name; !controlled[name] {
+			t.Errorf("no variable in everyVariable controls Config.%s: add it (and to the README table)", name)
+		}
+	}
+}
+
+// TestLoadFromInvalid checks that each bad configuration is refused with one actionable line
+// per problem, naming the variable.
+func TestLoadFromInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		vars map[string]string
+		// lines holds, for each line the error must have, substrings that line must contain.
+		lines [][]string
+	}{
+		{
+			name:  "lock ttl not a duration",
+			vars:  map[string]string{"ONCEPAY_LOCK_TTL": "abc"},
+			lines: [][]string{{"ONCEPAY_LOCK_TTL", `"abc"`, "not a duration"}},
+		},
+		{
+			name:  "negative duration",
+			vars:  map[string]string{"ONCEPAY_ORDER_TTL": "-1m"},
+			lines: [][]string{{"ONCEPAY_ORDER_TTL", `"-1m"`}},
+		},
+		{
+			name:  "lock ttl too short for the watchdog",
+			vars:  map[string]string{"ONCEPAY_LOCK_TTL": "1ms"},
+			lines: [][]string{{"ONCEPAY_LOCK_TTL", "too short"}},
+		},
+		{
+			name:  "zero order ttl",
+			vars:  map[string]string{"ONCEPAY_ORDER_TTL": "0s"},
+			lines: [][]string{{"ONCEPAY_ORDER_TTL", "positive"}},
+		},
+		{
+			name:  "retention shorter than the redelivery window",
+			vars:  map[string]string{"ONCEPAY_DEDUP_RETENTION": "1h"},
+			lines: [][]string{{"ONCEPAY_DEDUP_RETENTION=1h0m0s", "shorter than", "ONCEPAY_MAX_REDELIVERY_WINDOW=72h0m0s", "I6"}},
+		},
+		{
+			name:  "window raised above the default retention",
+			vars:  map[string]string{"ONCEPAY_MAX_REDELIVERY_WINDOW": "800h"},
+			lines: [][]string{{"ONCEPAY_DEDUP_RETENTION=720h0m0s", "ONCEPAY_MAX_REDELIVERY_WINDOW=800h0m0s"}},
+		},
+		{
+			name: "dev secrets with a MySQL DSN",
+			vars: map[string]string{"ONCEPAY_MYSQL_DSN": "root:@tcp(127.0.0.1:3306)/x"},
+			lines: [][]string{
+				{"ONCEPAY_CHANNEL_SECRET", "dev-*", "ONCEPAY_MYSQL_DSN"},
+				{"ONCEPAY_ADMIN_KEY", "dev-*", "ONCEPAY_MYSQL_DSN"},
+			},
+		},
+		{
+			name:  "one dev secret left with a MySQL DSN",
+			vars:  map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db)/x", "ONCEPAY_ADMIN_KEY": "real-admin-key"},
+			lines: [][]string{{"ONCEPAY_CHANNEL_SECRET", "dev-*"}},
+		},
+		{
+			name:  "node id above range",
+			vars:  map[string]string{"ONCEPAY_NODE_ID": "1024"},
+			lines: [][]string{{"ONCEPAY_NODE_ID=1024", "0..1023"}},
+		},
+		{
+			name:  "node id below range",
+			vars:  map[string]string{"ONCEPAY_NODE_ID": "-1"},
+			lines: [][]string{{"ONCEPAY_NODE_ID=-1", "0..1023"}},
+		},
+		{
+			name:  "node id not a number",
+			vars:  map[string]string{"ONCEPAY_NODE_ID": "one"},
+			lines: [][]string{{"ONCEPAY_NODE_ID", `"one"`, "not an integer"}},
+		},
+		{
+			name:  "bad failure mode",
+			vars:  map[string]string{"ONCEPAY_REDIS_FAILURE_MODE": "panic"},
+			lines: [][]string{{"ONCEPAY_REDIS_FAILURE_MODE", `"panic"`, "degrade or reject"}},
+		},
+		{
+			name:  "bad boolean",
+			vars:  map[string]string{"ONCEPAY_LAB": "maybe"},
+			lines: [][]string{{"ONCEPAY_LAB", `"maybe"`, "true or false"}},
+		},
+		{
+			name:  "zero job interval",
+			vars:  map[string]string{"ONCEPAY_PURGE_JOB_INTERVAL": "0s"},
+			lines: [][]string{{"ONCEPAY_PURGE_JOB_INTERVAL"}},
+		},
+		{
+			name: "several parse problems",
+			vars: map[string]string{"ONCEPAY_LOCK_TTL": "abc", "ONCEPAY_SEED_DEMO": "yes please", "ONCEPAY_NODE_ID": "x"},
+			lines: [][]string{
+				{"ONCEPAY_SEED_DEMO"},
+				{"ONCEPAY_LOCK_TTL"},
+				{"ONCEPAY_NODE_ID"},
+			},
+		},
+		{
+			name: "several validation problems",
+			vars: map[string]string{"ONCEPAY_NODE_ID": "5000", "ONCEPAY_REDIS_FAILURE_MODE": "ignore", "ONCEPAY_DEDUP_RETENTION": "1h"},
+			lines: [][]string{
+				{"ONCEPAY_NODE_ID=5000"},
+				{"ONCEPAY_REDIS_FAILURE_MODE"},
+				{"ONCEPAY_DEDUP_RETENTION=1h0m0s"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.LoadFrom(env(tt.vars))
+			if err == nil {
+				t.Fatal("LoadFrom: no error; want one")
+			}
+			got := strings.Split(err.Error(), "\n")
+			if len(got) != len(tt.lines) {
+				t.Fatalf("error has %d lines, want %d:\n%v", len(got), len(tt.lines), err)
+			}
+			for _, want := range tt.lines {
+				if !anyLineHasAll(got, want) {
+					t.Errorf("no line of the error contains all of %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+}
+
+// anyLineHasAll reports whether one of lines contains every one of parts.
+func anyLineHasAll(lines, parts []string) bool {
+	for _, line := range lines {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// TestLogValueMasksSecrets checks that logging the configuration reveals neither secret nor
+// the database password, while still telling a person which values are configured.
+func TestLogValueMasksSecrets(t *testing.T) {
+	const password = "Pa55:w0rd"
+	cfg, err := config.LoadFrom(env(with(realSecrets, map[string]string{
+		"ONCEPAY_MYSQL_DSN": "oncepay:" + password + "@tcp(db.internal:3306)/oncepay?parseTime=true",
+	})))
+	if err != nil {
+		t.Fatalf("LoadFrom: %v", err)
+	}
+	attrs := map[string]string{}
+	for _, a := range cfg.LogValue().Group() {
+		attrs[a.Key] = a.Value.String()
+	}
+	for _, secret := range []string{password, realSecrets["ONCEPAY_CHANNEL_SECRET"], realSecrets["ONCEPAY_ADMIN_KEY"]} {
+		for key, v := range attrs {
+			if strings.Contains(v, secret) {
+				t.Errorf("log attribute %s=%q reveals the secret %q", key, v, secret)
+			}
+		}
+	}
+	tests := []struct{ key, want string }{
+		{"mysql_dsn", "oncepay:****@tcp(db.internal:3306)/oncepay?parseTime=true"},
+		{"channel_secret", "s3cr****"},
+		{"admin_key", "s3cr****"},
+		{"lock_ttl", "30s"},
+		{"redis_addr", "embedded@127.0.0.1:16379"},
+	}
+	for _, tt := range tests {
+		if got := attrs[tt.key]; got != tt.want {
+			t.Errorf("log attribute %s = %q, want %q", tt.key, got, tt.want)
+		}
+	}
+}
+
+// TestLogValueDSNForms checks the masking of DSN forms other than user:password@.
+func TestLogValueDSNForms(t *testing.T) {
+	tests := []struct{ dsn, want string }{
+		{"", "embedded sqlite"},
+		{"root@tcp(127.0.0.1:3306)/x", "root@tcp(127.0.0.1:3306)/x"},
+		{"root:@tcp(127.0.0.1:3306)/x", "root:****@tcp(127.0.0.1:3306)/x"},
+		{"u:p@ss@tcp(h:3306)/x", "u:****@tcp(h:3306)/x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.dsn, func(t *testing.T) {
+			vars := map[string]string{"ONCEPAY_MYSQL_DSN": tt.dsn}
+			if tt.dsn != "" {
+				vars = with(realSecrets, vars)
+			}
+			cfg, err := config.LoadFrom(env(vars))
+			if err != nil {
+				t.Fatalf("LoadFrom: %v", err)
+			}
+			if got := logAttr(t, cfg, "mysql_dsn"); got != tt.want {
+				t.Errorf("mysql_dsn = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// logAttr returns the string form of one attribute of cfg's log value.
+func logAttr(t *testing.T, cfg config.Config, key string) string {
+	t.Helper()
+	for _, a := range cfg.LogValue().Group() {
+		if a.Key == key {
+			return a.Value.String()
+		}
+	}
+	t.Fatalf("LogValue has no attribute %q", key)
+	return ""
+}
+
+// TestLogValueIsAGroup checks that Config satisfies slog.LogValuer, so that logging it with
+// slog calls LogValue and never prints the raw struct.
+func TestLogValueIsAGroup(t *testing.T) {
+	var v any = config.Config{}
+	lv, ok := v.(slog.LogValuer)
+	if !ok {
+		t.Fatal("config.Config does not implement slog.LogValuer")
+	}
+	if k := lv.LogValue().Kind(); k != slog.KindGroup {
+		t.Errorf("LogValue kind = %v, want group", k)
+	}
+}
+
+// TestLogValueShowsEverySetting checks that the start-up log line shows every setting other
+// than the secrets, so that a person can see what an instance runs with; a field added to
+// Config but not to LogValue fails here.
+func TestLogValueShowsEverySetting(t *testing.T) {
+	cfg, err := config.LoadFrom(env(everyVariable))
+	if err != nil {
+		t.Fatalf("LoadFrom: %v", err)
+	}
+	logged := map[string]bool{}
+	for _, a := range cfg.LogValue().Group() {
+		logged[a.Value.String()] = true
+	}
+	// Secrets are masked (TestLogValueMasksSecrets); an embedded address is shown only when
+	// the embedded server is in use, which everyVariable turns off.
+	skip := map[string]bool{
+		"MySQLDSN": true, "ChannelSecret": true, "AdminKey": true,
+		"EmbeddedRedisAddr": true, "EmbeddedKafkaAddr": true,
+	}
+	v := reflect.ValueOf(cfg)
+	for i := 0; i < v.NumField(); i++ {
+		name := v.Type().Field(i).Name
+		if skip[name] {
+			continue
+		}
+		want := fmtValue(v.Field(i).Interface())
+		if !logged[want] {
+			t.Errorf("LogValue does not show Config.%s (%s)", name, want)
+		}
+	}
+}
+
+// fmtValue renders a field the way LogValue does: durations in Go syntax, lists joined by
+// commas, the rest as slog prints them.
+func fmtValue(v any) string {
+	switch f := v.(type) {
+	case time.Duration:
+		return f.String()
+	case []string:
+		return strings.Join(f, ",")
+	}
+	return slog.AnyValue(v).String()
+}
