@@ -99,6 +99,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		if err != nil {
 			return nil, err
 		}
+		a.closers = append(a.closers, func() error { return database.Close(a.DB) })
 		if err = database.Migrate(ctx, a.DB); err != nil {
 			return nil, err
 		}
@@ -110,6 +111,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		if a.Redis, err = redisx.Open(cfg.RedisAddr, cfg.EmbeddedRedisAddr); err != nil {
 			return nil, err
 		}
+		a.closers = append(a.closers, a.Redis.Close)
 	}
 
 	// Kafka: external or embedded; the embedded broker keeps its log under the data dir.
@@ -122,6 +124,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		if err != nil {
 			return nil, err
 		}
+		a.closers = append(a.closers, func() error { a.Kafka.Close(); return nil })
 	}
 
 	// The idempotency layers: token, replay cache and lock in Redis, dedup record in the DB.
@@ -225,18 +228,10 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// Close releases every dependency the instance opened itself.
+// Close releases what the instance opened itself — never the dependencies handed in through
+// Deps, which belong to the caller — in the reverse order of opening.
 func (a *App) Close() {
-	for _, c := range a.closers {
-		_ = c()
-	}
-	if a.DB != nil {
-		_ = database.Close(a.DB)
-	}
-	if a.Redis != nil {
-		_ = a.Redis.Close()
-	}
-	if a.Kafka != nil {
-		a.Kafka.Close()
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		_ = a.closers[i]()
 	}
 }

@@ -157,8 +157,8 @@ func (c Config) validate() []error {
 	if c.RedisFailureMode != RedisDegrade && c.RedisFailureMode != RedisReject {
 		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_FAILURE_MODE=%q is unknown: use degrade or reject", c.RedisFailureMode))
 	}
-	if c.LockTTL < 3*time.Millisecond {
-		errs = append(errs, fmt.Errorf("ONCEPAY_LOCK_TTL=%s is too short: the watchdog renews every TTL/3; use at least 1s (default 30s)", c.LockTTL))
+	if c.LockTTL < 300*time.Millisecond {
+		errs = append(errs, fmt.Errorf("ONCEPAY_LOCK_TTL=%s is too short: the watchdog renews every TTL/3; use at least 300ms, well above the p99 of the work (default 30s)", c.LockTTL))
 	}
 	if c.OrderTTL <= 0 {
 		errs = append(errs, fmt.Errorf("ONCEPAY_ORDER_TTL=%s must be positive (default 15m)", c.OrderTTL))

@@ -116,6 +116,9 @@ func (s *Service) Cancel(ctx context.Context, userID, id int64) (Order, error) {
 			return err
 		}
 		if !moved {
+			if o, err = s.orders.Current(ctx, id); err != nil {
+				return err
+			}
 			return ErrIllegalState.Withf("order %d is %s; only %s orders can be cancelled", id, o.Status, PendingPayment)
 		}
 		o, err = s.orders.Get(ctx, id)
@@ -169,7 +172,7 @@ func (s *Service) Pay(ctx context.Context, id int64, channel, tradeNo string) (b
 		if err != nil {
 			return err
 		}
-		if o, err = s.orders.Get(ctx, id); err != nil || !moved {
+		if o, err = s.orders.Current(ctx, id); err != nil || !moved {
 			return err
 		}
 		if err := s.stock.Apply(ctx, inventory.Confirm, o.ID, lines(o)); err != nil {

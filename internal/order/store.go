@@ -27,9 +27,23 @@ func (s *Store) Insert(ctx context.Context, o *Order) error {
 
 // Get returns order id with its items, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id int64) (Order, error) {
+	return s.get(ctx, id, false)
+}
+
+// Current returns order id as it is now, with a locking read inside a transaction: the
+// answer to "why did my conditional UPDATE affect 0 rows?" (see database.ForUpdate).
+func (s *Store) Current(ctx context.Context, id int64) (Order, error) {
+	return s.get(ctx, id, true)
+}
+
+func (s *Store) get(ctx context.Context, id int64, current bool) (Order, error) {
 	conn := database.Conn(ctx, s.db)
 	var o Order
-	err := conn.Where("id = ?", id).Take(&o).Error
+	q := conn
+	if current {
+		q = database.ForUpdate(conn)
+	}
+	err := q.Where("id = ?", id).Take(&o).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return Order{}, ErrNotFound
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
 	"github.com/oncepay/oncepay/migrations"
@@ -224,6 +225,17 @@ func Transaction(ctx context.Context, db *gorm.DB, fn func(ctx context.Context, 
 	return Conn(ctx, db).Transaction(func(tx *gorm.DB) error {
 		return fn(WithTx(ctx, tx), tx)
 	})
+}
+
+// ForUpdate makes db's next query a current, locking read on MySQL (SELECT … FOR UPDATE).
+// Under REPEATABLE READ a plain SELECT after a conditional UPDATE that affected 0 rows may
+// answer from the transaction's older snapshot; the locking read sees what the UPDATE saw.
+// SQLite transactions begin IMMEDIATE, so their plain reads are already current.
+func ForUpdate(db *gorm.DB) *gorm.DB {
+	if DialectOf(db) == MySQL {
+		return db.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	return db
 }
 
 // Ping checks that the database answers.
