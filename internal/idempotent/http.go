@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -62,11 +60,9 @@ func (g *Guard) Middleware(keyFn KeyFunc) func(http.Handler) http.Handler {
 				web.WriteError(w, r, err)
 				return
 			}
-			route := r.URL.Path
-			if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-				route = rc.RoutePattern()
-			}
-			req := Request{Key: key, Fingerprint: Fingerprint(r.Method, route, body)}
+			// The path, not the route pattern: the same key on /orders/1/cancel and
+			// /orders/2/cancel is two requests (422), never a replay of the other order's.
+			req := Request{Key: key, Fingerprint: Fingerprint(r.Method, r.URL.Path, body)}
 
 			var live http.Header
 			res, err := g.Do(r.Context(), req, func(ctx context.Context) (Response, error) {

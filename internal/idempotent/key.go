@@ -22,7 +22,7 @@ type Key struct {
 
 func (k Key) String() string { return k.Scope + ":" + k.BizType + ":" + k.BizKey }
 
-// Fingerprint is the SHA-256 of method, route pattern and the canonical form of a JSON body,
+// Fingerprint is the SHA-256 of method, request path and the canonical form of a JSON body,
 // in hex. Key order and whitespace do not change it; any other difference does. A body that
 // is not JSON is hashed as it is.
 func Fingerprint(method, route string, body []byte) string {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -30,9 +31,10 @@ return 0
 //
 // The caller acknowledges when err is nil (executed or replayed) and also on ErrKeyReused (a
 // deterministic refusal); on any other error it must not, so that the message is redelivered.
+// A work outcome that is not stored (see Storable) is such an error.
 func (g *Guard) Message(ctx context.Context, req Request, work Work) (Result, error) {
 	marker := markerKey(req.Key)
-	owner := "processing:" + req.Fingerprint[:16] + ":" + randomSuffix()
+	owner := fmt.Sprintf("processing:%.16s:%s", req.Fingerprint, randomSuffix())
 	set, err := g.rdb.SetNX(ctx, marker, owner, g.cfg.LockTTL).Result()
 	switch {
 	case err != nil:
@@ -53,6 +55,11 @@ func (g *Guard) Message(ctx context.Context, req Request, work Work) (Result, er
 	}
 
 	res, err := g.Do(ctx, req, work)
+	if err == nil && !Storable(res.Response.Status) {
+		// Rolled back and not stored (5xx, 401 …): nothing happened, so this copy must be
+		// redelivered, neither acknowledged nor marked done.
+		err = fmt.Errorf("the work answered %d: nothing stored, redeliver", res.Response.Status)
+	}
 	bg := context.WithoutCancel(ctx)
 	if err == nil {
 		_ = g.rdb.Set(bg, marker, "done", g.cfg.MessageTTL).Err()

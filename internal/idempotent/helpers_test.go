@@ -1,0 +1,243 @@
+package idempotent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/database"
+	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
+)
+
+// TestMain keeps the per-attempt "idempotency" log lines and go-redis's dial errors (Redis
+// down tests make thousands of both) out of the output; set ONCEPAY_TEST_LOG=1 to see them.
+func TestMain(m *testing.M) {
+	if os.Getenv("ONCEPAY_TEST_LOG") == "" {
+		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1})))
+		redis.SetLogger(quietLogger{})
+	}
+	fmt.Fprintln(os.Stderr, "idempotent tests:", testenv.Describe())
+	os.Exit(m.Run())
+}
+
+// quietLogger drops go-redis's internal log lines.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// env is one test's own database (with the side_effects table) and Redis database.
+type env struct {
+	db  *gorm.DB
+	rdb *redis.Client
+	gen *ids.Generator
+}
+
+// newEnv gives the test a fresh migrated database with a side_effects table, an isolated
+// Redis and an id generator; everything is dropped when the test ends.
+func newEnv(tb testing.TB) *env {
+	tb.Helper()
+	db := testenv.DB(tb)
+	createSideEffects(tb, db)
+	gen, err := ids.New(1)
+	if err != nil {
+		tb.Fatalf("ids: %v", err)
+	}
+	conn := testenv.Redis(tb)
+	if conn.Embedded != nil {
+		runClock(tb, conn.Embedded)
+	}
+	return &env{db: db, rdb: conn.Client, gen: gen}
+}
+
+// runClock makes an embedded miniredis expire keys in real time, as Redis does: miniredis
+// only moves its TTLs on FastForward, so without this a lease or token would never expire
+// and the I4 tests would prove nothing without a real Redis.
+func runClock(tb testing.TB, m *miniredis.Miniredis) {
+	tb.Helper()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		const step = 10 * time.Millisecond
+		t := time.NewTicker(step)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				m.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	})
+	tb.Cleanup(func() { close(stop); wg.Wait() })
+}
+
+// guard returns a guard on the env's database and Redis with cfg and its own registry.
+func (e *env) guard(cfg idempotent.Config) *idempotent.Guard {
+	return e.guardWith(e.rdb, cfg)
+}
+
+// guardWith is guard with another Redis client, e.g. testenv.Unreachable for Redis down.
+func (e *env) guardWith(rdb redis.UniversalClient, cfg idempotent.Config) *idempotent.Guard {
+	return idempotent.New(e.db, rdb, e.gen, cfg, prometheus.NewRegistry())
+}
+
+// sideEffect is a row of side_effects: the business effect the tests count in the database.
+type sideEffect struct {
+	ID int64
+	K  string
+}
+
+func (sideEffect) TableName() string { return "side_effects" }
+
+// createSideEffects creates the side_effects table in db, in db's dialect.
+func createSideEffects(tb testing.TB, db *gorm.DB) {
+	tb.Helper()
+	ddl := "CREATE TABLE side_effects (id INTEGER PRIMARY KEY, k VARCHAR(64) NOT NULL)"
+	if database.DialectOf(db) == database.MySQL {
+		ddl = "CREATE TABLE side_effects (id BIGINT PRIMARY KEY AUTO_INCREMENT, k VARCHAR(64) NOT NULL) ENGINE=InnoDB"
+	}
+	if err := db.Exec(ddl).Error; err != nil {
+		tb.Fatalf("create side_effects: %v", err)
+	}
+}
+
+// countEffects counts the committed side_effects rows of k, read outside any transaction.
+func countEffects(tb testing.TB, db *gorm.DB, k string) int64 {
+	tb.Helper()
+	var n int64
+	if err := db.Model(&sideEffect{}).Where("k = ?", k).Count(&n).Error; err != nil {
+		tb.Fatalf("count side_effects: %v", err)
+	}
+	return n
+}
+
+// countRecords counts the committed idempotency_records rows of key.
+func countRecords(tb testing.TB, db *gorm.DB, key idempotent.Key) int64 {
+	tb.Helper()
+	var n int64
+	err := db.Model(&idempotent.Record{}).
+		Where("scope = ? AND biz_type = ? AND biz_key = ?", key.Scope, key.BizType, key.BizKey).
+		Count(&n).Error
+	if err != nil {
+		tb.Fatalf("count idempotency_records: %v", err)
+	}
+	return n
+}
+
+// insertEffect writes one side_effects row for k through the transaction ctx carries (the
+// dedup transaction inside Guard.Do) and returns its id.
+func insertEffect(ctx context.Context, db *gorm.DB, k string) (int64, error) {
+	row := sideEffect{K: k}
+	if err := database.Conn(ctx, db).Create(&row).Error; err != nil {
+		return 0, err
+	}
+	return row.ID, nil
+}
+
+// effectWork is the business change of most tests: insert one side_effects row for k, sleep
+// (inside the transaction, holding it open), answer status with a JSON body naming the row.
+// The row id makes every execution's body unique, so an equal body proves a replay.
+func effectWork(db *gorm.DB, k string, sleep time.Duration, status int) idempotent.Work {
+	return func(ctx context.Context) (idempotent.Response, error) {
+		id, err := insertEffect(ctx, db, k)
+		if err != nil {
+			return idempotent.Response{}, err
+		}
+		time.Sleep(sleep)
+		return jsonResponse(status, map[string]any{"id": id, "k": k}), nil
+	}
+}
+
+// jsonResponse is a Response with status and v as its JSON body.
+func jsonResponse(status int, v any) idempotent.Response {
+	body, _ := json.Marshal(v)
+	return idempotent.Response{
+		Status: status,
+		Header: map[string]string{"Content-Type": "application/json"},
+		Body:   body,
+	}
+}
+
+// fp is the fingerprint of a POST to route with body.
+func fp(route, body string) string {
+	return idempotent.Fingerprint("POST", route, []byte(body))
+}
+
+// request is a Request for key with the fingerprint of a POST /things with body.
+func request(key idempotent.Key, body string) idempotent.Request {
+	return idempotent.Request{Key: key, Fingerprint: fp("/things", body)}
+}
+
+// testKey returns a key unique to the test, so that keys never meet across tests.
+func testKey(tb testing.TB, scope, bizKey string) idempotent.Key {
+	tb.Helper()
+	name := strings.NewReplacer("/", "-", " ", "_").Replace(tb.Name())
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	return idempotent.Key{Scope: scope, BizType: "test", BizKey: name + "-" + bizKey}
+}
+
+// call is the answer of one Guard.Do, as storms collect them.
+type call struct {
+	res idempotent.Result
+	err error
+}
+
+// storm runs n copies of do at once, released together by a barrier, and returns every
+// answer.
+func storm(n int, do func(i int) (idempotent.Result, error)) []call {
+	var (
+		start = make(chan struct{})
+		wg    sync.WaitGroup
+		out   = make([]call, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			res, err := do(i)
+			out[i] = call{res, err}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
+// after runs fn in a goroutine once d has passed and returns a channel closed when it is
+// done; tests use it to stage a second attempt while the first is still running.
+func after(d time.Duration, fn func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(d)
+		fn()
+	}()
+	return done
+}
+
+// code returns the contract's error code carried by err ("unavailable", "idempotency_key_in_use"
+// …), or "" when err is not a client-facing error.
+func code(err error) string {
+	if e, ok := apperr.As(err); ok {
+		return e.Code
+	}
+	return ""
+}

@@ -1,0 +1,179 @@
+package idempotent_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/idempotent"
+)
+
+// countingWork wraps w and counts its calls, to show that a duplicate never reaches it.
+func countingWork(calls *atomic.Int32, w idempotent.Work) idempotent.Work {
+	return func(ctx context.Context) (idempotent.Response, error) {
+		calls.Add(1)
+		return w(ctx)
+	}
+}
+
+// notification is the Request of a payment notification: the business key channel +
+// trade_no (I1), with the fingerprint the HTTP path computes for the same body.
+func notification(tradeNo string) idempotent.Request {
+	const body = `{"channel":"alipay","trade_no":"T1","amount":100,"status":"SUCCESS"}`
+	return idempotent.Request{
+		Key:         idempotent.Key{Scope: "channel:alipay", BizType: "payment.notify", BizKey: tradeNo},
+		Fingerprint: idempotent.Fingerprint("POST", "/v1/payments/notify", []byte(body)),
+	}
+}
+
+// TestMessage: the first delivery executes; redeliveries are acknowledged from the Redis
+// marker without touching the work or the database.
+func TestMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := e.guard(idempotent.Config{})
+	ctx := context.Background()
+	req := notification("T1")
+	var calls atomic.Int32
+	work := countingWork(&calls, effectWork(e.db, "paid", 0, http.StatusOK))
+
+	res, err := g.Message(ctx, req, work)
+	if err != nil || res.Outcome != idempotent.Executed {
+		t.Fatalf("first delivery: outcome %q err %v, want executed", res.Outcome, err)
+	}
+	for i := range 5 {
+		res, err := g.Message(ctx, req, work)
+		if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerMessage {
+			t.Errorf("redelivery %d: outcome %q layer %q err %v, want replayed by the message marker", i, res.Outcome, res.Layer, err)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the work ran %d times, want 1", n)
+	}
+	if n := countEffects(t, e.db, "paid"); n != 1 {
+		t.Errorf("side_effects rows = %d, want 1", n)
+	}
+}
+
+// TestMessageInFlight: a copy consumed while the first is still being processed is not
+// acknowledged (ErrMessageInFlight), so the broker redelivers it later.
+func TestMessageInFlight(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := e.guard(idempotent.Config{})
+	ctx := context.Background()
+	req := notification("T1")
+	first := make(chan call, 1)
+	go func() {
+		res, err := g.Message(ctx, req, effectWork(e.db, "paid", 500*time.Millisecond, http.StatusOK))
+		first <- call{res, err}
+	}()
+	time.Sleep(150 * time.Millisecond)
+	res, err := g.Message(ctx, req, effectWork(e.db, "paid", 0, http.StatusOK))
+	if !errors.Is(err, idempotent.ErrMessageInFlight) || res.Outcome != idempotent.InProgress {
+		t.Errorf("copy during processing: outcome %q err %v, want in_progress / ErrMessageInFlight", res.Outcome, err)
+	}
+	if c := <-first; c.err != nil || c.res.Outcome != idempotent.Executed {
+		t.Fatalf("first delivery: outcome %q err %v", c.res.Outcome, c.err)
+	}
+	if n := countEffects(t, e.db, "paid"); n != 1 {
+		t.Errorf("side_effects rows = %d, want 1", n)
+	}
+}
+
+// TestMessageFailureReleasesTheMarker: a delivery whose work fails — with an error or with
+// an outcome that is not stored (5xx) — leaves no marker behind, is not to be acknowledged,
+// and its redelivery runs.
+func TestMessageFailureReleasesTheMarker(t *testing.T) {
+	tests := []struct {
+		name string
+		work func(e *env) idempotent.Work
+	}{
+		{"work error", func(*env) idempotent.Work {
+			return func(context.Context) (idempotent.Response, error) { return idempotent.Response{}, errUpstream }
+		}},
+		{"5xx outcome", func(e *env) idempotent.Work {
+			return effectWork(e.db, "paid", 0, http.StatusServiceUnavailable)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			g := e.guard(idempotent.Config{})
+			ctx := context.Background()
+			req := notification("T1")
+
+			if _, err := g.Message(ctx, req, tt.work(e)); err == nil {
+				t.Errorf("a failed delivery returned no error: the consumer would acknowledge it and lose the message")
+			}
+			if n, _ := e.rdb.Exists(ctx, idempotent.MarkerKey(req.Key)).Result(); n != 0 {
+				t.Errorf("the marker survived a failed delivery")
+			}
+			res, err := g.Message(ctx, req, effectWork(e.db, "paid", 0, http.StatusOK))
+			if err != nil || res.Outcome != idempotent.Executed {
+				t.Fatalf("redelivery: outcome %q layer %q err %v, want executed", res.Outcome, res.Layer, err)
+			}
+			if n := countEffects(t, e.db, "paid"); n != 1 {
+				t.Errorf("side_effects rows = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestHTTPAndMessageConverge replays I1's fix: the same payment fact arriving over HTTP and
+// then from Kafka converges on one key; the message is answered from the HTTP outcome.
+func TestHTTPAndMessageConverge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := e.guard(idempotent.Config{})
+	ctx := context.Background()
+	req := notification("T1")
+	var calls atomic.Int32
+	work := countingWork(&calls, effectWork(e.db, "paid", 0, http.StatusOK))
+
+	if res, err := g.Do(ctx, req, work); err != nil || res.Outcome != idempotent.Executed {
+		t.Fatalf("HTTP copy: outcome %q err %v, want executed", res.Outcome, err)
+	}
+	res, err := g.Message(ctx, req, work)
+	if err != nil || res.Outcome != idempotent.Replayed {
+		t.Errorf("Kafka copy: outcome %q layer %q err %v, want replayed", res.Outcome, res.Layer, err)
+	}
+	res, err = g.Message(ctx, req, work)
+	if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerMessage {
+		t.Errorf("Kafka redelivery: outcome %q layer %q err %v, want replayed by the marker", res.Outcome, res.Layer, err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the work ran %d times, want 1", n)
+	}
+	if n := countEffects(t, e.db, "paid"); n != 1 {
+		t.Errorf("side_effects rows = %d, want 1", n)
+	}
+}
+
+// TestMessageShortFingerprint: Message takes any fingerprint a caller builds, even one
+// shorter than a SHA-256; it must not panic on it.
+func TestMessageShortFingerprint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := e.guard(idempotent.Config{})
+	req := idempotent.Request{Key: idempotent.Key{Scope: "s", BizType: "t", BizKey: "k"}, Fingerprint: "v1"}
+	var (
+		res idempotent.Result
+		err error
+	)
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				t.Fatalf("Message panicked on a short fingerprint: %v", v)
+			}
+		}()
+		res, err = g.Message(context.Background(), req, effectWork(e.db, "short", 0, http.StatusOK))
+	}()
+	if err != nil || res.Outcome != idempotent.Executed {
+		t.Errorf("outcome %q err %v, want executed", res.Outcome, err)
+	}
+}

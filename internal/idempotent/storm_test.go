@@ -1,0 +1,134 @@
+package idempotent_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
+)
+
+// stormSize is how many copies of one write a storm fires at once.
+const stormSize = 200
+
+// TestStorm fires 200 concurrent copies of one slow write (200 ms inside the transaction)
+// and counts the business effect in the database: exactly one row, whichever layers are on.
+// Every copy is answered Executed/Replayed with the first body or InProgress; 200 sequential
+// copies afterwards are all replayed with that body. With Redis unreachable in degrade mode
+// the Redis layers step aside and the dedup record alone keeps it exactly-once.
+func TestStorm(t *testing.T) {
+	modes := []struct {
+		name       string
+		cfg        idempotent.Config
+		redisDown  bool
+		replayFrom idempotent.Layer // the layer that answers the sequential copies
+	}{
+		{"lock on", idempotent.Config{}, false, idempotent.LayerCache},
+		{"no lock", idempotent.Config{NoLock: true}, false, idempotent.LayerCache},
+		{"redis down degrade", idempotent.Config{}, true, idempotent.LayerDedup},
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			var rdb redis.UniversalClient = e.rdb
+			if m.redisDown {
+				rdb = testenv.Unreachable(t)
+			}
+			g := e.guardWith(rdb, m.cfg)
+			ctx := context.Background()
+			key := testKey(t, "user:1", "storm")
+			req := request(key, `{"amount":100}`)
+			work := effectWork(e.db, key.BizKey, 200*time.Millisecond, http.StatusCreated)
+
+			began := time.Now()
+			calls := storm(stormSize, func(int) (idempotent.Result, error) { return g.Do(ctx, req, work) })
+			t.Logf("storm of %d took %v", stormSize, time.Since(began).Round(time.Millisecond))
+
+			if n := countEffects(t, e.db, key.BizKey); n != 1 {
+				t.Fatalf("side_effects rows = %d after %d concurrent copies, want exactly 1", n, stormSize)
+			}
+			body := checkStormAnswers(t, calls)
+			if n := countRecords(t, e.db, key); n != 1 {
+				t.Errorf("idempotency_records rows = %d, want 1", n)
+			}
+
+			for i := range stormSize {
+				res, err := g.Do(ctx, req, work)
+				if err != nil || res.Outcome != idempotent.Replayed || res.Layer != m.replayFrom {
+					t.Fatalf("sequential copy %d: outcome %q layer %q err %v, want replayed from %s",
+						i, res.Outcome, res.Layer, err, m.replayFrom)
+				}
+				if !bytes.Equal(res.Response.Body, body) || res.Response.Status != http.StatusCreated {
+					t.Fatalf("sequential copy %d answered %d %s, want 201 %s", i, res.Response.Status, res.Response.Body, body)
+				}
+			}
+			t.Logf("storm and %d sequential copies took %v", stormSize, time.Since(began).Round(time.Millisecond))
+			if n := countEffects(t, e.db, key.BizKey); n != 1 {
+				t.Errorf("side_effects rows = %d after the sequential copies, want 1", n)
+			}
+		})
+	}
+}
+
+// checkStormAnswers checks that exactly one copy executed and every other one was replayed
+// with the executed body or told the key is in use; it returns the executed body.
+func checkStormAnswers(t *testing.T, calls []call) []byte {
+	t.Helper()
+	var (
+		executed []byte
+		counts   = map[idempotent.Outcome]int{}
+	)
+	for i, c := range calls {
+		counts[c.res.Outcome]++
+		switch {
+		case c.err == nil && c.res.Outcome == idempotent.Executed:
+			executed = c.res.Response.Body
+		case c.err == nil && c.res.Outcome == idempotent.Replayed:
+		case errors.Is(c.err, idempotent.ErrKeyInUse) && c.res.Outcome == idempotent.InProgress:
+		default:
+			t.Errorf("copy %d: outcome %q layer %q err %v, want executed, replayed or in_progress", i, c.res.Outcome, c.res.Layer, c.err)
+		}
+	}
+	t.Logf("answers: %v", counts)
+	if counts[idempotent.Executed] != 1 {
+		t.Fatalf("%d copies executed, want exactly 1", counts[idempotent.Executed])
+	}
+	for i, c := range calls {
+		if c.res.Outcome == idempotent.Replayed && !bytes.Equal(c.res.Response.Body, executed) {
+			t.Errorf("copy %d replayed %s, want the executed body %s", i, c.res.Response.Body, executed)
+		}
+	}
+	return executed
+}
+
+// TestStormRejectWithoutRedis: with ONCEPAY_REDIS_FAILURE_MODE=reject and Redis unreachable,
+// every copy is refused with 503 unavailable and nothing is written.
+func TestStormRejectWithoutRedis(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := e.guardWith(testenv.Unreachable(t), idempotent.Config{RejectWithoutRedis: true})
+	key := testKey(t, "user:1", "reject")
+	req := request(key, `{"amount":100}`)
+	work := effectWork(e.db, key.BizKey, 0, http.StatusCreated)
+
+	calls := storm(stormSize, func(int) (idempotent.Result, error) { return g.Do(context.Background(), req, work) })
+
+	for i, c := range calls {
+		if code(c.err) != "unavailable" || c.res.Outcome != idempotent.Unavailable {
+			t.Fatalf("copy %d: outcome %q err %v, want unavailable", i, c.res.Outcome, c.err)
+		}
+	}
+	if n := countEffects(t, e.db, key.BizKey); n != 0 {
+		t.Errorf("side_effects rows = %d, want 0", n)
+	}
+	if n := countRecords(t, e.db, key); n != 0 {
+		t.Errorf("idempotency_records rows = %d, want 0", n)
+	}
+}

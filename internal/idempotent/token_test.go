@@ -1,0 +1,118 @@
+package idempotent_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/idempotent"
+)
+
+// TestTokenLayer replays I7, the double click: a one-time token issued before the form is
+// shown is the Idempotency-Key of its submission. The first submission executes, a copy is
+// replayed, the token is worthless to another user, an unknown tok_ is refused, and 20
+// simultaneous submissions of one token make one row.
+func TestTokenLayer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := e.guard(idempotent.Config{})
+	ctx := context.Background()
+	const alice, bob = "user:1", "user:2"
+	tokenKey := func(scope, token string) idempotent.Key {
+		return idempotent.Key{Scope: scope, BizType: "order.create", BizKey: token}
+	}
+	issue := func() string {
+		t.Helper()
+		tok, exp, err := g.IssueToken(ctx, alice)
+		if err != nil || !idempotent.IsToken(tok) || !idempotent.ValidKey(tok) || exp.IsZero() {
+			t.Fatalf("IssueToken = %q, %v, %v; want a valid tok_ key and an expiry", tok, exp, err)
+		}
+		return tok
+	}
+
+	tok := issue()
+	req := request(tokenKey(alice, tok), `{"sku":"SKU-1"}`)
+	work := effectWork(e.db, "order", 0, http.StatusCreated)
+	first := mustExecute(t, g, req, work)
+
+	res, err := g.Do(ctx, req, work)
+	if err != nil || res.Outcome != idempotent.Replayed || string(res.Response.Body) != string(first.Response.Body) {
+		t.Errorf("second submission: outcome %q err %v body %s, want the first body replayed", res.Outcome, err, res.Response.Body)
+	}
+
+	res, err = g.Do(ctx, request(tokenKey(bob, tok), `{"sku":"SKU-1"}`), work)
+	if !errors.Is(err, idempotent.ErrTokenInvalid) || res.Outcome != idempotent.TokenInvalid || res.Layer != idempotent.LayerToken {
+		t.Errorf("alice's token used by bob: outcome %q layer %q err %v, want token_invalid", res.Outcome, res.Layer, err)
+	}
+
+	unknown := idempotent.TokenPrefix + strings.Repeat("0", 32)
+	res, err = g.Do(ctx, request(tokenKey(alice, unknown), `{"sku":"SKU-1"}`), work)
+	if !errors.Is(err, idempotent.ErrTokenInvalid) || res.Outcome != idempotent.TokenInvalid {
+		t.Errorf("unknown token: outcome %q err %v, want token_invalid", res.Outcome, err)
+	}
+	if n := countEffects(t, e.db, "order"); n != 1 {
+		t.Fatalf("side_effects rows = %d after one token's submissions, want 1", n)
+	}
+
+	tok2 := issue()
+	req2 := request(tokenKey(alice, tok2), `{"sku":"SKU-2"}`)
+	work2 := effectWork(e.db, "order2", 0, http.StatusCreated)
+	calls := storm(20, func(int) (idempotent.Result, error) { return g.Do(ctx, req2, work2) })
+	checkStormAnswers(t, calls)
+	if n := countEffects(t, e.db, "order2"); n != 1 {
+		t.Errorf("side_effects rows = %d after 20 simultaneous submissions of one token, want 1", n)
+	}
+}
+
+// TestTokenEdges: a first attempt that failed leaves the token usable by its retry; a used
+// token that has since expired is still answered from its dedup record; a token that
+// expired unused is refused.
+func TestTokenEdges(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := e.guard(idempotent.Config{})
+	ctx := context.Background()
+	issue := func() string {
+		t.Helper()
+		tok, _, err := g.IssueToken(ctx, "user:1")
+		if err != nil {
+			t.Fatalf("IssueToken: %v", err)
+		}
+		return tok
+	}
+	key := func(tok string) idempotent.Key {
+		return idempotent.Key{Scope: "user:1", BizType: "order.create", BizKey: tok}
+	}
+
+	tok := issue()
+	req := request(key(tok), `{}`)
+	if res, err := g.Do(ctx, req, effectWork(e.db, "retried", 0, http.StatusServiceUnavailable)); err != nil || res.Response.Status != http.StatusServiceUnavailable {
+		t.Fatalf("failing first attempt: %d, %v", res.Response.Status, err)
+	}
+	mustExecute(t, g, req, effectWork(e.db, "retried", 0, http.StatusCreated))
+	if n := countEffects(t, e.db, "retried"); n != 1 {
+		t.Errorf("side_effects rows = %d after a failed attempt and its retry, want 1", n)
+	}
+
+	if err := e.rdb.Del(ctx, idempotent.CacheKey(key(tok)), idempotent.TokenKey(tok)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := g.Do(ctx, req, effectWork(e.db, "retried", 0, http.StatusCreated))
+	if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerDedup {
+		t.Errorf("used token expired: outcome %q layer %q err %v, want replayed from the dedup record", res.Outcome, res.Layer, err)
+	}
+
+	unused := issue()
+	if err := e.rdb.Del(ctx, idempotent.TokenKey(unused)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err = g.Do(ctx, request(key(unused), `{}`), effectWork(e.db, "expired", 0, http.StatusCreated))
+	if !errors.Is(err, idempotent.ErrTokenInvalid) {
+		t.Errorf("token expired unused: outcome %q err %v, want token_invalid", res.Outcome, err)
+	}
+	if n := countEffects(t, e.db, "expired"); n != 0 {
+		t.Errorf("an expired token executed (%d rows)", n)
+	}
+}
