@@ -3,10 +3,12 @@ package idempotent
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -67,8 +69,14 @@ func (g *Guard) Middleware(keyFn KeyFunc) func(http.Handler) http.Handler {
 			var live http.Header
 			res, err := g.Do(r.Context(), req, func(ctx context.Context) (Response, error) {
 				rec := &recorder{header: http.Header{}, status: http.StatusOK}
-				next.ServeHTTP(rec, r.WithContext(ctx))
+				// Each attempt reads the whole body: Do runs the work again after an abort.
+				attempt := r.WithContext(ctx)
+				attempt.Body = io.NopCloser(bytes.NewReader(body))
+				next.ServeHTTP(rec, attempt)
 				live = rec.header
+				if database.IsRetryable(rec.err) {
+					return Response{}, rec.err // aborted by the database: Do runs it again
+				}
 				return rec.response(), nil
 			})
 			writeResult(w, r, res, err, live)
@@ -118,7 +126,11 @@ type recorder struct {
 	status      int
 	wroteHeader bool
 	body        bytes.Buffer
+	err         error // the error behind a problem response, if the handler wrote one
 }
+
+// RecordError implements web.ErrorRecorder.
+func (rec *recorder) RecordError(err error) { rec.err = err }
 
 func (rec *recorder) Header() http.Header { return rec.header }
 

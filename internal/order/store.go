@@ -62,7 +62,18 @@ func (s *Store) Transition(ctx context.Context, id int64, to Status, set map[str
 	for k, v := range set {
 		cols[k] = v
 	}
-	res := database.Conn(ctx, s.db).Model(&Order{}).
+	conn := database.Conn(ctx, s.db)
+	// Lock the row by primary key first. With few PENDING orders, MySQL may plan the UPDATE
+	// below as a range scan of idx_orders_status_expires, whose next-key locks let two
+	// transitions of one order deadlock. This read only locks; the UPDATE still decides.
+	var locked struct{ ID int64 }
+	if err := database.ForUpdate(conn).Model(&Order{}).Select("id").Where("id = ?", id).Take(&locked).Error; err != nil {
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return false, nil
+		}
+		return false, database.Translate(err)
+	}
+	res := conn.Model(&Order{}).
 		Where("id = ? AND status IN ?", id, From(to)).
 		Updates(cols)
 	return res.RowsAffected == 1, database.Translate(res.Error)

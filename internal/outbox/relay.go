@@ -90,8 +90,10 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		}
 	}
 	if err := r.publisher.WriteMessages(ctx, msgs...); err != nil {
-		r.db.WithContext(context.WithoutCancel(ctx)).Model(&Message{}).Where("id IN ?", ids).
-			Update("attempts", gorm.Expr("attempts + 1"))
+		if uerr := r.db.WithContext(context.WithoutCancel(ctx)).Model(&Message{}).Where("id IN ?", ids).
+			Update("attempts", gorm.Expr("attempts + 1")).Error; uerr != nil {
+			slog.WarnContext(ctx, "outbox: could not count a failed publish", "err", uerr)
+		}
 		return 0, err
 	}
 	now := time.Now().UTC()
