@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # make drill: start an embedded oncepay with the lab mounted and a slow payment path, run every
-# incident drill against it, write report.html, and stop the server.
+# incident drill against it, write report.html, and stop the server. Extra arguments go to the
+# drill (e.g. `./scripts/drill.sh --only I4` or `--serial`). DRILL_REPORT names the HTML file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 data=$(mktemp -d)
 log="$data/server.log"
 export ONCEPAY_DATA_DIR="$data"
+# Ports of their own, so that a `make run` on the default ports can stay up beside the drill.
 export ONCEPAY_HTTP_ADDR="${DRILL_HTTP_ADDR:-127.0.0.1:18080}"
 export ONCEPAY_EMBEDDED_REDIS_ADDR="${DRILL_REDIS_ADDR:-127.0.0.1:16390}"
 export ONCEPAY_EMBEDDED_KAFKA_ADDR="${DRILL_KAFKA_ADDR:-127.0.0.1:19099}"
 export ONCEPAY_LAB=true
-# I4: the lab's fixed 5 s lock must run out while a payment is still working.
+# I4: every oncepay payment sleeps this long while it holds its lock. The drill's retry comes
+# at +5.5 s, after a fixed 5 s lease has run out, so the delay must outlast both: then the
+# retry meets a payment still at work, which the lab's lock (5 s, never renewed; its own work
+# takes the article's 8 s) lets through and oncepay's must not. 6 s and not the article's
+# 8 s, because the delay slows every payment of every scenario: on the embedded SQLite a
+# slowed payment holds the only write lock, so those payments take turns (drill --payments).
 export ONCEPAY_CHAOS_PAYMENT_DELAY="${ONCEPAY_CHAOS_PAYMENT_DELAY:-6s}"
-# I5: orders expire quickly so the drill can watch a late close; the close job runs on demand.
+# I4: oncepay's own lock gets the lab's 5 s lease (instead of the 30 s default, which a 6 s
+# payment never outlives), so that what holds off the +5.5 s retry is the watchdog renewing
+# the lease every 5/3 s, not a generous TTL.
+export ONCEPAY_LOCK_TTL="${ONCEPAY_LOCK_TTL:-5s}"
+# I5: orders expire 3 s after they are made (the drill waits TTL + 1 s before closing one), so
+# the drill can watch a late close and a payment after close in seconds.
 export ONCEPAY_ORDER_TTL="${ONCEPAY_ORDER_TTL:-3s}"
+# I5: the close job runs only when the drill asks for it. A scheduled run would close the
+# other scenarios' orders in the middle of their 6 s payments (they expire after 3 s).
 export ONCEPAY_CLOSE_JOB_INTERVAL=1h
 
 ./bin/oncepay >"$data/stdout.log" 2>"$log" &

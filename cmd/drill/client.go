@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -23,25 +22,32 @@ import (
 // paymentTopic is the contract's topic for payment notifications, keyed by trade_no.
 const paymentTopic = "payment.notifications"
 
+// paymentGroup is the contract's consumer group for paymentTopic. Its committed offsets tell
+// the drill when the server has handled a copy it published.
+const paymentGroup = "oncepay-payments"
+
 // requestTimeout bounds one HTTP call. It is generous because I4 is meant to run against a
-// server slowed down with ONCEPAY_CHAOS_PAYMENT_DELAY.
+// server slowed down with ONCEPAY_CHAOS_PAYMENT_DELAY, and because on the embedded SQLite every
+// slowed payment holds the database's only write lock, so concurrent scenarios queue behind it.
 const requestTimeout = 60 * time.Second
 
 // maxBody is the most of a response body the drill reads; oncepay's answers are small.
 const maxBody = 1 << 20
 
 // client speaks oncepay's public contract and nothing else: the HTTP API, the signature
-// payment channels put on notifications, and the payment.notifications Kafka topic.
+// payment channels put on notifications, and the payment.notifications Kafka topic with its
+// consumer group.
 type client struct {
 	base   string
 	http   *http.Client
 	secret []byte
-	// kafka publishes payment notifications; nil when the Kafka path is disabled.
-	kafka *kafka.Writer
-	// brokers are the addresses kafka writes to, kept for the preflight check.
+	// kafka publishes payment notifications and reads the consumer group's offsets; nil when
+	// the Kafka path is disabled.
+	kafka *kafka.Client
+	// brokers are the addresses kafka talks to, for messages.
 	brokers []string
-	// behind maps a sentinel's key to the key whose partition it must share (see balance).
-	behind sync.Map
+	// partitions is paymentTopic's partition count, learned by checkKafka.
+	partitions int
 }
 
 // newClient returns a client for cfg. It opens no connection yet.
@@ -53,57 +59,85 @@ func newClient(cfg config) *client {
 			Timeout: requestTimeout,
 			Transport: &http.Transport{
 				Proxy: http.ProxyFromEnvironment,
-				// The flash sale fires 50 copies at once; keep their connections for the
-				// next scenario instead of churning through TIME_WAIT.
-				MaxIdleConns:        128,
-				MaxIdleConnsPerHost: 128,
+				// The scenarios run at the same time and the flash sale alone fires 50 copies;
+				// keep their connections instead of churning through TIME_WAIT.
+				MaxIdleConns:        256,
+				MaxIdleConnsPerHost: 256,
 				IdleConnTimeout:     30 * time.Second,
 			},
 		},
 		brokers: cfg.Kafka,
 	}
 	if len(cfg.Kafka) > 0 {
-		c.kafka = &kafka.Writer{
-			Addr:         kafka.TCP(cfg.Kafka...),
-			Topic:        paymentTopic,
-			Balancer:     kafka.BalancerFunc(c.balance),
-			RequiredAcks: kafka.RequireAll,
-			BatchTimeout: 5 * time.Millisecond,
-			MaxAttempts:  3,
-			WriteTimeout: 10 * time.Second,
-		}
+		c.kafka = &kafka.Client{Addr: kafka.TCP(cfg.Kafka...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
 	}
 	return c
 }
 
-// balance places a message by its key with the Java client's partitioner (murmur2), so a
-// copy lands where a channel's producer would put it. A sentinel goes to the partition of the
-// key it follows instead, so that it queues behind that key's copies.
-func (c *client) balance(msg kafka.Message, partitions ...int) int {
-	key := msg.Key
-	if k, ok := c.behind.Load(string(msg.Key)); ok {
-		key = k.([]byte)
+// partitionFor is the partition a channel's producer puts key on: the Java client's murmur2
+// partitioner, which every copy of one trade_no follows, so that they queue in one partition
+// as real redeliveries do.
+func partitionFor(key string, partitions int) int {
+	ids := make([]int, partitions)
+	for i := range ids {
+		ids[i] = i
 	}
-	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: key}, partitions...)
+	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: []byte(key)}, ids...)
 }
 
-// publishBehind publishes value with key on the partition that afterKey's messages went to.
-func (c *client) publishBehind(ctx context.Context, afterKey, key, requestID string, value []byte) error {
-	c.behind.Store(key, []byte(afterKey))
-	return c.kafka.WriteMessages(ctx, kafka.Message{
-		Key:     []byte(key),
-		Value:   value,
-		Headers: []kafka.Header{{Key: "X-Request-Id", Value: []byte(requestID)}},
+// publish writes one notification with key to its partition, waits for every in-sync replica,
+// and returns where it landed.
+func (c *client) publish(ctx context.Context, key, requestID string, value []byte) (placement, error) {
+	p := placement{Partition: partitionFor(key, c.partitions)}
+	resp, err := c.kafka.Produce(ctx, &kafka.ProduceRequest{
+		Topic:        paymentTopic,
+		Partition:    p.Partition,
+		RequiredAcks: kafka.RequireAll,
+		Records: kafka.NewRecordReader(kafka.Record{
+			Key:     kafka.NewBytes([]byte(key)),
+			Value:   kafka.NewBytes(value),
+			Headers: []kafka.Header{{Key: "X-Request-Id", Value: []byte(requestID)}},
+		}),
 	})
+	if err == nil {
+		err = resp.Error
+	}
+	if err != nil {
+		return p, fmt.Errorf("publishing to %s[%d]: %w", paymentTopic, p.Partition, err)
+	}
+	p.Offset = resp.BaseOffset
+	return p, nil
 }
 
-// close releases the Kafka writer and idle connections.
-func (c *client) close() error {
+// committed returns the consumer group's committed offset of each of partitions: the offset of
+// the next message it will handle, so every message below it has been handled. A partition the
+// group never committed is absent.
+func (c *client) committed(ctx context.Context, partitions []int) (map[int]int64, error) {
+	resp, err := c.kafka.OffsetFetch(ctx, &kafka.OffsetFetchRequest{
+		GroupID: paymentGroup,
+		Topics:  map[string][]int{paymentTopic: partitions},
+	})
+	if err == nil {
+		err = resp.Error
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offsets of group %s: %w", paymentGroup, err)
+	}
+	out := map[int]int64{}
+	for _, p := range resp.Topics[paymentTopic] {
+		if p.Error == nil && p.CommittedOffset >= 0 {
+			out[p.Partition] = p.CommittedOffset
+		}
+	}
+	return out, nil
+}
+
+// close releases idle HTTP and Kafka connections.
+func (c *client) close() {
 	c.http.CloseIdleConnections()
 	if c.kafka != nil {
-		return c.kafka.Close()
+		c.kafka.Transport.(*kafka.Transport).CloseIdleConnections()
 	}
-	return nil
 }
 
 // sign returns the X-Signature value of a notification: the lowercase hex HMAC-SHA256 of the
@@ -230,7 +264,7 @@ func hint(a answer) string {
 }
 
 // copyRecord is one duplicate copy the drill fired and what became of it. It keeps the timing
-// (start offset and duration from the scenario's first copy) that the HTML report will draw.
+// (start offset and duration from the scenario's first copy) that the HTML report draws.
 type copyRecord struct {
 	// Path is the delivery path the copy stands for, e.g. "gateway retry".
 	Path string `json:"path"`
@@ -244,6 +278,12 @@ type copyRecord struct {
 	StartMS float64 `json:"start_ms"`
 	// DurationMS is how long the server (or the broker, for Kafka) took to answer.
 	DurationMS float64 `json:"duration_ms"`
+	// ConsumedMS, for a Kafka copy, is when the server's consumer group was seen committed
+	// past it, in milliseconds after the scenario's first copy: it had been handled by then
+	// (to within the drill's 50 ms polling). Zero when that was not confirmed.
+	ConsumedMS float64 `json:"consumed_ms,omitempty"`
+	// Placement is where a Kafka copy landed in the topic; nil for HTTP copies.
+	Placement *placement `json:"placement,omitempty"`
 	// Status is the HTTP status; 0 for Kafka copies, whose answer is not observable.
 	Status int `json:"status"`
 	// Outcome is the Idempotency-Outcome header: the layer that answered.
@@ -256,6 +296,14 @@ type copyRecord struct {
 	Ref string `json:"ref,omitempty"`
 	// Error is set when the copy got no answer at all.
 	Error string `json:"error,omitempty"`
+	// sent is when the copy left, to time its consumption against.
+	sent time.Time
+}
+
+// placement is a Kafka message's partition and offset.
+type placement struct {
+	Partition int   `json:"partition"`
+	Offset    int64 `json:"offset"`
 }
 
 // ms converts a duration to fractional milliseconds for the report.
@@ -293,44 +341,48 @@ func (c *client) fireHTTP(ctx context.Context, t0 time.Time, path string, cl cal
 }
 
 // fireKafka publishes one copy of a payment notification to payment.notifications with key,
-// and records it, timed from t0. Its duration is the broker's acknowledgement; whether the
-// server's consumer took the copy as a duplicate is judged from the effect only.
+// and records it, timed from t0. Its duration is the broker's acknowledgement; when the
+// server's consumer handled it is learned later from the group's offsets (awaitConsumed),
+// and what it made of it is judged from the effect only.
 func (c *client) fireKafka(ctx context.Context, t0 time.Time, path, key, requestID string, value []byte) copyRecord {
 	rec := copyRecord{Path: path, Via: "kafka", Route: "kafka " + paymentTopic, RequestID: requestID}
-	start := time.Now()
-	rec.StartMS = ms(start.Sub(t0))
-	err := c.kafka.WriteMessages(ctx, kafka.Message{
-		Key:     []byte(key),
-		Value:   value,
-		Headers: []kafka.Header{{Key: "X-Request-Id", Value: []byte(requestID)}},
-	})
-	rec.DurationMS = ms(time.Since(start))
+	rec.sent = time.Now()
+	rec.StartMS = ms(rec.sent.Sub(t0))
+	p, err := c.publish(ctx, key, requestID, value)
+	rec.DurationMS = ms(time.Since(rec.sent))
 	if err != nil {
 		rec.Error = err.Error()
+		return rec
 	}
+	rec.Placement = &p
 	return rec
 }
 
-// checkKafka verifies that a broker answers and knows the payment topic, so a dead broker is a
-// connection error up front rather than six failed copies later.
+// checkKafka verifies that a broker answers and knows the payment topic, and learns its
+// partitions, so a dead broker is a connection error up front rather than six failed copies
+// later.
 func (c *client) checkKafka(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var errs []error
-	for _, addr := range c.brokers {
-		conn, err := kafka.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+	resp, err := c.kafka.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{paymentTopic}})
+	if err == nil {
+		for _, t := range resp.Topics {
+			switch {
+			case t.Name != paymentTopic:
+			case t.Error != nil:
+				err = t.Error
+			case len(t.Partitions) == 0:
+				err = errors.New("it has no partitions")
+			default:
+				c.partitions = len(t.Partitions)
+				return nil
+			}
 		}
-		_, err = conn.ReadPartitions(paymentTopic)
-		conn.Close()
 		if err == nil {
-			return nil
+			err = errors.New("the broker does not list it")
 		}
-		errs = append(errs, fmt.Errorf("topic %s on %s: %w", paymentTopic, addr, err))
 	}
-	return fmt.Errorf("kafka at %s: %w (use --kafka= to skip the Kafka path)", strings.Join(c.brokers, ","), errors.Join(errs...))
+	return fmt.Errorf("kafka at %s, topic %s: %w (use --kafka= to skip the Kafka path)", strings.Join(c.brokers, ","), paymentTopic, err)
 }
 
 // counterPrefix selects the metrics the drill reports as evidence.

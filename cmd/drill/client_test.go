@@ -103,21 +103,18 @@ func TestFlexIDAcceptsStringsAndNumbers(t *testing.T) {
 	}
 }
 
-func TestSentinelSharesThePartitionOfTheKeyItFollows(t *testing.T) {
-	c := newClient(config{URL: "http://x", Kafka: []string{"127.0.0.1:1"}})
-	defer c.close()
-	partitions := []int{0, 1, 2, 3, 4, 5, 6}
+func TestPartitionForIsTheJavaClientsMurmur2(t *testing.T) {
+	partitions := []int{0, 1, 2}
+	seen := map[int]bool{}
 	for i := range 50 {
-		after, key := fmt.Sprintf("DRILL-T-%d", i), fmt.Sprintf("DRILL-S-%d", i)
-		c.behind.Store(key, []byte(after))
-		want := c.balance(kafka.Message{Key: []byte(after)}, partitions...)
-		if got := c.balance(kafka.Message{Key: []byte(key)}, partitions...); got != want {
-			t.Fatalf("sentinel %s went to partition %d, its trade %s to %d", key, got, after, want)
+		key := fmt.Sprintf("DRILL-T-%d", i)
+		got := partitionFor(key, len(partitions))
+		if want := (kafka.Murmur2Balancer{}).Balance(kafka.Message{Key: []byte(key)}, partitions...); got != want {
+			t.Fatalf("%s: partition %d, murmur2 says %d", key, got, want)
 		}
+		seen[got] = true
 	}
-	// Without a sentinel mapping, the Java client's murmur2 placement.
-	m := kafka.Message{Key: []byte("DRILL-T-0")}
-	if got, want := c.balance(m, partitions...), (kafka.Murmur2Balancer{}).Balance(m, partitions...); got != want {
-		t.Errorf("plain key went to %d, murmur2 says %d", got, want)
+	if len(seen) != len(partitions) {
+		t.Errorf("50 keys landed on partitions %v only", seen)
 	}
 }

@@ -31,13 +31,22 @@ type config struct {
 	Only []string
 	// JSON prints a JSON document instead of the table.
 	JSON bool
-	// HTML is reserved for a later HTML report of the per-copy timings; it is accepted and
-	// not rendered yet.
+	// HTML, when set, is the file the self-contained HTML report is written to: per scenario
+	// and target, a timeline of every copy and the layer that answered it.
 	HTML string
+	// Serial runs one scenario at a time, in catalog order, instead of all at once: slower,
+	// but each scenario's counter delta is its own.
+	Serial bool
+	// Payments is how many runs that have oncepay apply a payment may go at once; 0 means no
+	// limit. With ONCEPAY_CHAOS_PAYMENT_DELAY every payment sleeps inside its database
+	// transaction, and on the embedded SQLite that holds the database's one write lock for
+	// the whole delay: two such runs at once make every other write wait past SQLite's busy
+	// timeout. One at a time suits SQLite; MySQL, with row locks, takes any number.
+	Payments int
 	// Lab decides whether the lab scenarios run: auto probes GET /lab/.
 	Lab labMode
 	// Settle is how long, at most, the drill waits for its Kafka copies to be consumed before
-	// it judges the effect anyway; a sentinel published behind them shows when they are.
+	// it judges the effect anyway; the consumer group's committed offsets show when they are.
 	Settle time.Duration
 	// Wait is how long, at most, the drill waits for the server to answer GET /readyz, so that
 	// it can be started right after the server.
@@ -99,7 +108,9 @@ func parseConfig(args []string, lookup func(string) (string, bool), stderr io.Wr
 	fs.StringVar(&kafka, "kafka", "127.0.0.1:19092", "comma-separated Kafka brokers; empty (--kafka=) disables the Kafka path (env "+envKafkaBrokers+", else "+envEmbeddedKafka+")")
 	fs.StringVar(&only, "only", "", "comma-separated scenarios to run: "+strings.Join(scenarioIDs(), ","))
 	fs.BoolVar(&cfg.JSON, "json", false, "print a JSON document instead of the table")
-	fs.StringVar(&cfg.HTML, "html", "", "reserved: write an HTML timing report to this file (not rendered yet)")
+	fs.StringVar(&cfg.HTML, "html", "", "also write a self-contained HTML report, with a timeline of every copy, to this file")
+	fs.BoolVar(&cfg.Serial, "serial", false, "run one scenario at a time instead of all at once (slower; per-scenario metrics)")
+	fs.IntVar(&cfg.Payments, "payments", 1, "how many scenarios that pay through oncepay may run at once, 0 = no limit: 1 for the embedded SQLite, 0 for MySQL")
 	fs.StringVar(&lab, "lab", string(labAuto), "run the lab scenarios: auto (when GET /lab/ answers non-404), on or off")
 	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "how long, at most, to wait for the Kafka copies to be consumed")
 	fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "how long, at most, to wait for GET /readyz to answer 200")
@@ -148,6 +159,9 @@ func parseConfig(args []string, lookup func(string) (string, bool), stderr io.Wr
 	}
 	if cfg.Settle < 0 || cfg.Wait < 0 {
 		errs = append(errs, fmt.Errorf("--settle=%s and --wait=%s must not be negative", cfg.Settle, cfg.Wait))
+	}
+	if cfg.Payments < 0 {
+		errs = append(errs, fmt.Errorf("--payments=%d must not be negative (0 means no limit)", cfg.Payments))
 	}
 	if cfg.UserKey == "" || cfg.OtherUserKey == "" || cfg.AdminKey == "" || cfg.ChannelSecret == "" {
 		errs = append(errs, errors.New("--user-key, --other-user-key, --admin-key and --channel-secret must not be empty"))

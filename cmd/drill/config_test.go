@@ -23,7 +23,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	want := config{
 		URL: "http://localhost:8080", UserKey: "demo-alice-key", OtherUserKey: "demo-bob-key",
 		AdminKey: "dev-admin-key", ChannelSecret: "dev-channel-secret", Kafka: []string{"127.0.0.1:19092"},
-		Lab: labAuto, Settle: 30 * time.Second, Wait: 10 * time.Second,
+		Lab: labAuto, Settle: 30 * time.Second, Wait: 10 * time.Second, Payments: 1,
 	}
 	if !equalConfig(cfg, want) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)
@@ -48,12 +48,12 @@ func TestParseConfigEnvironmentThenFlags(t *testing.T) {
 
 	cfg, err = parseConfig([]string{"--url", "https://flag.example", "--admin-key=flag-admin", "--channel-secret", "flag-secret",
 		"--kafka=", "--only", "i1, I3,flash-sale", "--json", "--html", "out.html", "--lab", "off", "--settle", "0s", "--wait=1s",
-		"--user-key", "u", "--other-user-key", "o"}, env, io.Discard)
+		"--user-key", "u", "--other-user-key", "o", "--serial", "--payments=0"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := config{URL: "https://flag.example", UserKey: "u", OtherUserKey: "o", AdminKey: "flag-admin", ChannelSecret: "flag-secret",
-		Only: []string{"I1", "I3", "flash-sale"}, JSON: true, HTML: "out.html", Lab: labOff, Wait: time.Second}
+		Only: []string{"I1", "I3", "flash-sale"}, JSON: true, HTML: "out.html", Lab: labOff, Wait: time.Second, Serial: true}
 	if !equalConfig(cfg, want) {
 		t.Errorf("flags must win:\ngot  %+v\nwant %+v", cfg, want)
 	}
@@ -79,6 +79,7 @@ func TestParseConfigRejects(t *testing.T) {
 		"empty key":        {"--admin-key="},
 		"negative settle":  {"--settle=-1s"},
 		"negative wait":    {"--wait=-1s"},
+		"negative lanes":   {"--payments=-1"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := parseConfig(args, envOf(nil), io.Discard); err == nil {
@@ -117,5 +118,6 @@ func TestRunExitStatusForUsageAndConnectionErrors(t *testing.T) {
 func equalConfig(a, b config) bool {
 	return a.URL == b.URL && a.UserKey == b.UserKey && a.OtherUserKey == b.OtherUserKey && a.AdminKey == b.AdminKey &&
 		a.ChannelSecret == b.ChannelSecret && slices.Equal(a.Kafka, b.Kafka) && slices.Equal(a.Only, b.Only) &&
-		a.JSON == b.JSON && a.HTML == b.HTML && a.Lab == b.Lab && a.Settle == b.Settle && a.Wait == b.Wait
+		a.JSON == b.JSON && a.HTML == b.HTML && a.Lab == b.Lab && a.Settle == b.Settle && a.Wait == b.Wait &&
+		a.Serial == b.Serial && a.Payments == b.Payments
 }

@@ -63,10 +63,23 @@ type drill struct {
 	// runID makes this run's SKUs, keys and trade numbers unique, so the drill can be run
 	// again and again against the same server.
 	runID string
-	// progress receives one line per scenario as it starts.
-	progress io.Writer
+	// progress receives one line per scenario as it starts and as it ends; progressMu keeps
+	// the lines of concurrent scenarios whole.
+	progress   io.Writer
+	progressMu sync.Mutex
 	// seq numbers the X-Request-Id of every call.
 	seq atomic.Int64
+	// purgeGate keeps I6's purge of every dedup row out of the runs whose duplicates are
+	// answered from the first one's stored result (purgeSensitive): they hold it shared for
+	// their whole run, the purge holds it alone for its one call.
+	purgeGate sync.RWMutex
+	// active tracks which runs overlap, so that a run's counter delta is reported only when it
+	// had the server to itself.
+	active overlaps
+	// others counts the runs in flight that a closeAfterOthers run waits for; closeMu lets
+	// those runs call the close job one at a time.
+	others  sync.WaitGroup
+	closeMu sync.Mutex
 }
 
 // newDrill connects to the server: it waits for /readyz, checks the Kafka broker when the
@@ -123,43 +136,158 @@ func (d *drill) awaitReady(ctx context.Context) error {
 // close releases the client.
 func (d *drill) close() { d.c.close() }
 
-// run runs every selected scenario, each against oncepay and, when the lab is on and the
-// scenario has a replica, against the lab.
-func (d *drill) run(ctx context.Context) report {
-	rep := newReport(d)
+// logf prints one progress line.
+func (d *drill) logf(format string, args ...any) {
+	d.progressMu.Lock()
+	defer d.progressMu.Unlock()
+	fmt.Fprintf(d.progress, format+"\n", args...)
+}
+
+// planned is one scenario to run against one target.
+type planned struct {
+	s  scenario
+	rt routes
+}
+
+// plan lists the selected runs in catalog order, each scenario against oncepay and, when the
+// lab is on and the scenario has a replica, against the lab. The report keeps this order.
+func (d *drill) plan() []planned {
+	var runs []planned
 	for _, s := range catalog {
 		if len(d.cfg.Only) > 0 && !slices.Contains(d.cfg.Only, s.id) {
 			continue
 		}
-		rep.Results = append(rep.Results, d.runOne(ctx, s, oncepayRoutes))
+		runs = append(runs, planned{s, oncepayRoutes})
 		if s.lab && d.lab {
-			rep.Results = append(rep.Results, d.runOne(ctx, s, labRoutes))
+			runs = append(runs, planned{s, labRoutes})
 		}
+	}
+	return runs
+}
+
+// run runs the plan. ONCEPAY_CHAOS_PAYMENT_DELAY slows every payment, so the runs go at the
+// same time, each on SKUs, keys and trade numbers of its own, in three groups:
+//
+//   - the runs that do not pay through oncepay, all at once;
+//   - beside them, the runs that do, --payments at a time (see config.Payments);
+//   - once both are done, the runs that pay an order and then call the close job, one at a
+//     time (closeAlone).
+//
+// A run whose order must expire before it calls the close job starts with the first group
+// and waits for the first two before it calls the job (closeAfterOthers). With --serial every
+// run goes alone, in plan order. The report keeps plan order either way.
+func (d *drill) run(ctx context.Context) report {
+	rep := newReport(d)
+	before, beforeErr := d.c.counters(ctx)
+	runs := d.plan()
+	results := make([]result, len(runs))
+	free, paying, alone := schedule(runs, d.cfg.Serial)
+	var wg sync.WaitGroup
+	for _, i := range append(slices.Clone(free), paying...) {
+		if runs[i].s.closes(runs[i].rt) != closeAfterOthers {
+			d.others.Add(1)
+		}
+		if runs[i].s.purgeSensitive && runs[i].rt.target == oncepayRoutes.target {
+			d.purgeGate.RLock() // taken before any run starts, so that I6's purge waits for it
+		}
+	}
+	finish := func(i int) {
+		if runs[i].s.closes(runs[i].rt) != closeAfterOthers {
+			d.others.Done()
+		}
+		if runs[i].s.purgeSensitive && runs[i].rt.target == oncepayRoutes.target {
+			d.purgeGate.RUnlock()
+		}
+	}
+	for _, i := range free {
+		wg.Go(func() {
+			defer finish(i)
+			results[i] = d.runOne(ctx, i, runs[i])
+		})
+	}
+	lanes := d.cfg.Payments
+	if lanes == 0 || lanes > len(paying) {
+		lanes = len(paying)
+	}
+	queue := make(chan int, len(paying))
+	for _, i := range paying {
+		queue <- i
+	}
+	close(queue)
+	for range lanes {
+		wg.Go(func() {
+			for i := range queue {
+				if ctx.Err() == nil {
+					results[i] = d.runOne(ctx, i, runs[i])
+				}
+				finish(i)
+			}
+		})
+	}
+	wg.Wait()
+	for _, i := range alone {
 		if ctx.Err() != nil {
 			break
 		}
+		results[i] = d.runOne(ctx, i, runs[i])
 	}
+	for _, r := range results {
+		if r.ID != "" { // a run that never started because the drill was interrupted
+			rep.Results = append(rep.Results, r)
+		}
+	}
+	after, afterErr := d.c.counters(ctx)
+	rep.Metrics, rep.MetricsNote = metricsDelta(before, after, errors.Join(beforeErr, afterErr))
 	rep.finish()
 	return rep
 }
 
+// schedule sorts runs, by index, into the three groups of drill.run: free runs start at once,
+// paying runs take turns, and alone runs follow one by one. serial makes every run alone.
+func schedule(runs []planned, serial bool) (free, paying, alone []int) {
+	for i, p := range runs {
+		switch {
+		case serial || p.s.closes(p.rt) == closeAlone:
+			alone = append(alone, i)
+		case p.s.paying(p.rt) && p.s.closes(p.rt) == noCloseJob:
+			paying = append(paying, i)
+		default:
+			free = append(free, i)
+		}
+	}
+	return free, paying, alone
+}
+
+// awaitOthers waits until every run started beside a closeAfterOthers run has finished, and
+// then until no other such run holds the close job; release hands it on.
+func (d *drill) awaitOthers(ctx context.Context) (release func(), err error) {
+	done := make(chan struct{})
+	go func() { d.others.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return func() {}, ctx.Err()
+	}
+	d.closeMu.Lock()
+	return d.closeMu.Unlock, nil
+}
+
 // runOne runs one scenario against one target, with the idempotency counters read before and
 // after as extra evidence, and judges it.
-func (d *drill) runOne(ctx context.Context, s scenario, rt routes) result {
-	fmt.Fprintf(d.progress, "drill: %s %s against %s\n", s.id, s.name, rt.target)
+func (d *drill) runOne(ctx context.Context, n int, p planned) result {
+	s, rt := p.s, p.rt
+	d.logf("drill: %s %s against %s", s.id, s.name, rt.target)
 	res := result{ID: s.id, Name: s.name, Target: rt.target, StartedAt: time.Now().UTC()}
+	d.active.begin(n)
 	before, mErr := d.c.counters(ctx)
 	out, err := s.run(d, ctx, rt)
 	after, mErr2 := d.c.counters(ctx)
+	overlapped := d.active.end(n)
 	res.DurationMS = ms(time.Since(res.StartedAt))
-	res.Metrics = map[string]float64{}
-	switch {
-	case mErr != nil || mErr2 != nil:
-		res.MetricsNote = fmt.Sprintf("metrics unavailable: %v", errors.Join(mErr, mErr2))
-	case len(before) == 0 && len(after) == 0:
-		res.MetricsNote = "no " + counterPrefix + "* counters exposed"
-	default:
-		res.Metrics = counterDelta(before, after)
+	res.Metrics, res.MetricsNote = metricsDelta(before, after, errors.Join(mErr, mErr2))
+	if overlapped && res.MetricsNote == "" {
+		res.Metrics = map[string]float64{}
+		res.MetricsNote = metricsOverlapNote
 	}
 	res.Copies = out.copies
 	res.Expected, res.Observed = out.expected, out.observed
@@ -169,10 +297,54 @@ func (d *drill) runOne(ctx context.Context, s scenario, rt routes) result {
 	}
 	if err != nil {
 		res.Verdict, res.Error, res.Summary = verdictError, err.Error(), err.Error()
-		return res
+	} else {
+		res.Verdict, res.Summary = judge(rt.target, out)
 	}
-	res.Verdict, res.Summary = judge(rt.target, out)
+	d.logf("drill: %s %s against %s: %s in %s", s.id, s.name, rt.target, res.Verdict, fmtMS(res.DurationMS))
 	return res
+}
+
+// metricsOverlapNote replaces the counter delta of a run that overlapped another.
+const metricsOverlapNote = "not attributed: other scenarios ran meanwhile and the counters are server-wide " +
+	"(see \"whole run\"; --serial attributes them)"
+
+// metricsDelta turns two readings of the counters into a delta, or a note on why there is none.
+func metricsDelta(before, after map[string]float64, err error) (map[string]float64, string) {
+	switch {
+	case err != nil:
+		return map[string]float64{}, fmt.Sprintf("metrics unavailable: %v", err)
+	case len(before) == 0 && len(after) == 0:
+		return map[string]float64{}, "no " + counterPrefix + "* counters exposed"
+	}
+	return counterDelta(before, after), ""
+}
+
+// overlaps records which runs were in flight at the same time as another.
+type overlaps struct {
+	mu         sync.Mutex
+	active     map[int]bool
+	overlapped map[int]bool
+}
+
+// begin marks run n in flight, and it and every run in flight as overlapped if there are any.
+func (o *overlaps) begin(n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.active == nil {
+		o.active, o.overlapped = map[int]bool{}, map[int]bool{}
+	}
+	for m := range o.active {
+		o.overlapped[m], o.overlapped[n] = true, true
+	}
+	o.active[n] = true
+}
+
+// end marks run n finished and reports whether another run was in flight at any time during it.
+func (o *overlaps) end(n int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.active, n)
+	return o.overlapped[n]
 }
 
 // refused turns a 401 to any copy into an error: the drill was given the wrong key or channel
@@ -269,47 +441,64 @@ func (d *drill) kafkaShot(at time.Duration, path, tradeNo string, body []byte) s
 	}}
 }
 
-// sentinel is a second order, on a SKU of its own, that only a Kafka notification published
-// right behind a scenario's Kafka copies pays. The server's consumer handles a partition in
-// order, so once the sentinel order has moved, every copy ahead of it has been handled: the
-// drill judges the effect then, instead of after a guessed delay. HTTP copies need no such
-// wait: they are judged once answered.
-type sentinel struct{ order order }
+// consumedPoll is how often awaitConsumed reads the consumer group's offsets.
+const consumedPoll = 50 * time.Millisecond
 
-// newSentinel prepares a sentinel order; nil when the Kafka path is disabled.
-func (d *drill) newSentinel(ctx context.Context, rt routes, tag string) (*sentinel, error) {
-	if d.c.kafka == nil {
-		return nil, nil
+// awaitConsumed waits, at most --settle, until the server's consumer group has committed past
+// every Kafka copy in copies, and stamps each copy's ConsumedMS when it sees that. The
+// consumer commits a message only once it is handled (applied, found a duplicate, or
+// dead-lettered), so the effect is judged then, instead of after a guessed delay. HTTP
+// copies need no such wait: they are judged once answered.
+func (d *drill) awaitConsumed(ctx context.Context, copies []copyRecord, f *findings) {
+	var partitions []int
+	waiting := 0
+	for _, c := range copies {
+		if c.Placement != nil {
+			waiting++
+			if !slices.Contains(partitions, c.Placement.Partition) {
+				partitions = append(partitions, c.Placement.Partition)
+			}
+		}
 	}
-	_, o, err := d.orderOnNewSKU(ctx, rt, tag+"-SENTINEL", 1)
-	if err != nil {
-		return nil, fmt.Errorf("the Kafka sentinel order: %w", err)
-	}
-	return &sentinel{order: o}, nil
-}
-
-// awaitSentinel publishes the sentinel's payment on afterKey's partition and waits, at most
-// --settle, for the sentinel order to leave PENDING_PAYMENT. It notes how long the consumer
-// took, or that it did not get there in time.
-func (d *drill) awaitSentinel(ctx context.Context, s *sentinel, afterKey string, f *findings) {
-	if s == nil {
+	if waiting == 0 {
 		return
 	}
-	id := string(s.order.OrderID)
-	tradeNo, body := d.notification(id, s.order.Amount)
 	start := time.Now()
-	if err := d.c.publishBehind(ctx, afterKey, tradeNo, d.requestID(), body); err != nil {
-		f.notef("the Kafka sentinel could not be published (%v): the Kafka copies were judged without waiting for them", err)
-		return
-	}
+	var lastErr error
 	for {
-		if o, err := d.order(ctx, id); err == nil && o.Status != "PENDING_PAYMENT" {
-			f.notef("Kafka copies consumed: the sentinel behind them was applied %s after it was published", time.Since(start).Round(time.Millisecond))
+		committed, err := d.c.committed(ctx, partitions)
+		now := time.Now()
+		if err != nil {
+			lastErr = err
+		}
+		for i := range copies {
+			c := &copies[i]
+			if c.Placement == nil || c.ConsumedMS > 0 {
+				continue
+			}
+			if off, ok := committed[c.Placement.Partition]; ok && off > c.Placement.Offset {
+				c.ConsumedMS = c.StartMS + ms(now.Sub(c.sent))
+				waiting--
+			}
+		}
+		if waiting == 0 {
+			lag := 0.0
+			for _, c := range copies {
+				if c.Placement != nil {
+					lag = max(lag, c.ConsumedMS-c.StartMS)
+				}
+			}
+			f.notef("Kafka copies consumed: group %s had committed past each within %s of its publication", paymentGroup, fmtMS(lag))
 			return
 		}
-		if time.Since(start) > d.cfg.Settle || sleep(ctx, 50*time.Millisecond) != nil {
-			f.notef("the Kafka copies were not confirmed consumed within --settle=%s (the sentinel behind them was not applied): "+
-				"the effect was judged without them", d.cfg.Settle)
+		if time.Since(start) > d.cfg.Settle || sleep(ctx, consumedPoll) != nil {
+			why := ""
+			if lastErr != nil {
+				why = " (" + lastErr.Error() + ")"
+			}
+			f.notef("%d Kafka %s not confirmed consumed within --settle=%s: group %s did not commit past %s%s; "+
+				"the effect was judged without %s", waiting, plural(waiting, "copy was", "copies were"), d.cfg.Settle,
+				paymentGroup, plural(waiting, "it", "them"), why, plural(waiting, "it", "them"))
 			return
 		}
 	}

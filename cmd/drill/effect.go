@@ -119,12 +119,12 @@ func (d *drill) order(ctx context.Context, id string) (order, error) {
 	return o, err
 }
 
-// balance reads the user's balance from GET /v1/accounts/me.
-func (d *drill) balance(ctx context.Context) (int64, error) {
+// balance reads the balance of the user whose API key is user from GET /v1/accounts/me.
+func (d *drill) balance(ctx context.Context, user string) (int64, error) {
 	var acct struct {
 		Balance int64 `json:"balance"`
 	}
-	_, err := d.c.expect(ctx, d.get("/v1/accounts/me", d.cfg.UserKey), http.StatusOK, &acct)
+	_, err := d.c.expect(ctx, d.get("/v1/accounts/me", user), http.StatusOK, &acct)
 	return acct.Balance, err
 }
 
@@ -238,7 +238,7 @@ func checkPaidOnce(f *findings, w *orderWatch, final order, delta stockDelta, tr
 	stamps := slices.Clone(w.paidAts)
 	w.mu.Unlock()
 	if len(stamps) > 1 {
-		f.effectf("paid_at changed %d times (%s): paid more than once", len(stamps)-1, strings.Join(stamps, " → "))
+		f.effectf("paid_at changed %d %s (%s): paid more than once", len(stamps)-1, plural(len(stamps)-1, "time", "times"), strings.Join(stamps, " → "))
 	}
 	if want := (stockDelta{-1, 0, 1}); delta != want {
 		f.effectf("stock %s, want %s", delta, want)

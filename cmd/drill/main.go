@@ -6,7 +6,9 @@
 // then checks the business effect through the API (order status, stock, balance, anomalies)
 // and names, from the Idempotency-Outcome header, the layer that stopped each duplicate. With
 // the lab mounted (ONCEPAY_LAB=true) the same scenarios also run against the naive replicas
-// under /lab/, where the incident is expected to reproduce.
+// under /lab/, where the incident is expected to reproduce. The scenarios run at the same
+// time, each on SKUs and keys of its own, except where one would disturb another (see
+// drill.run); --html also writes a self-contained page with a timeline of every copy.
 //
 // Exit status: 0 every guarantee held, 1 a guarantee was violated, 2 a usage or connection
 // error (or a scenario could not be run).
@@ -48,9 +50,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "drill:", err)
 		return exitTrouble
 	}
-	if cfg.HTML != "" {
-		fmt.Fprintf(stderr, "drill: --html %s is reserved and not rendered yet; --json carries the same per-copy timings\n", cfg.HTML)
-	}
 	d, err := newDrill(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "drill:", err)
@@ -66,6 +65,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := write(stdout, rep); err != nil {
 		fmt.Fprintln(stderr, "drill: writing the report:", err)
 		return exitTrouble
+	}
+	if cfg.HTML != "" {
+		if err := writeHTMLFile(cfg.HTML, rep); err != nil {
+			fmt.Fprintln(stderr, "drill: writing the HTML report:", err)
+			return exitTrouble
+		}
+		fmt.Fprintf(stderr, "drill: wrote %s\n", cfg.HTML)
 	}
 	return rep.ExitCode
 }

@@ -25,8 +25,8 @@ const (
 	verdictError         verdict = "error"
 )
 
-// result is one scenario run against one target. Its JSON form is the --json output and will
-// feed the HTML report, so field names are part of the drill's interface.
+// result is one scenario run against one target. Its JSON form is the --json output, which
+// carries everything the HTML report draws, so field names are part of the drill's interface.
 type result struct {
 	ID      string  `json:"id"`
 	Name    string  `json:"name"`
@@ -62,6 +62,10 @@ type report struct {
 	FinishedAt time.Time       `json:"finished_at"`
 	Results    []result        `json:"results"`
 	Totals     map[verdict]int `json:"totals"`
+	// Metrics are the deltas of the oncepay_idempotency* counters over the whole run: with the
+	// scenarios running at the same time, only this total is attributable.
+	Metrics     map[string]float64 `json:"metrics_delta"`
+	MetricsNote string             `json:"metrics_note,omitempty"`
 	// ExitCode is the drill's exit status: 0 held, 1 a violation, 2 a scenario could not run.
 	ExitCode int `json:"exit_code"`
 }
@@ -90,6 +94,9 @@ func (r *report) finish() {
 	}
 	if r.Kafka == nil {
 		r.Kafka = []string{}
+	}
+	if r.Metrics == nil {
+		r.Metrics = map[string]float64{}
 	}
 }
 
@@ -121,11 +128,16 @@ func writeTable(w io.Writer, r report) error {
 	for _, res := range r.Results {
 		writeDetails(tw, res)
 	}
+	if len(r.Metrics) > 0 || r.MetricsNote != "" {
+		fmt.Fprintln(tw, "whole run")
+		writeMetrics(tw, r.Metrics, r.MetricsNote)
+		fmt.Fprintln(tw)
+	}
 	fmt.Fprintf(tw, "oncepay drill %s against %s (kafka: %s, lab: %t)\n\n", r.RunID, r.URL, orNone(strings.Join(r.Kafka, ",")), r.Lab)
 	for _, res := range r.Results {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t(%s)\n", res.ID, res.Name, res.Target, res.Verdict, oneLine(res.Summary))
 	}
-	fmt.Fprintf(tw, "\n%s; exit status %d\n", totalsLine(r.Totals), r.ExitCode)
+	fmt.Fprintf(tw, "\n%s; exit status %d; %s\n", totalsLine(r.Totals), r.ExitCode, fmtMS(ms(r.FinishedAt.Sub(r.StartedAt))))
 	return tw.Flush()
 }
 
@@ -159,22 +171,22 @@ func writeDetails(w io.Writer, r result) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  %-9s %s\n", "note", oneLine(n))
 	}
-	writeMetrics(w, r)
+	writeMetrics(w, r.Metrics, r.MetricsNote)
 	fmt.Fprintln(w)
 }
 
-// writeMetrics prints the counter deltas, sorted by series.
-func writeMetrics(w io.Writer, r result) {
+// writeMetrics prints counter deltas, sorted by series, or the note on why there are none.
+func writeMetrics(w io.Writer, metrics map[string]float64, note string) {
 	switch {
-	case r.MetricsNote != "":
-		fmt.Fprintf(w, "  %-9s %s\n", "metrics", r.MetricsNote)
+	case note != "":
+		fmt.Fprintf(w, "  %-9s %s\n", "metrics", note)
 		return
-	case len(r.Metrics) == 0:
+	case len(metrics) == 0:
 		fmt.Fprintf(w, "  %-9s no %s* counter moved\n", "metrics", counterPrefix)
 		return
 	}
-	series := make([]string, 0, len(r.Metrics))
-	for s := range r.Metrics {
+	series := make([]string, 0, len(metrics))
+	for s := range metrics {
 		series = append(series, s)
 	}
 	sort.Strings(series)
@@ -183,7 +195,7 @@ func writeMetrics(w io.Writer, r result) {
 		if i > 0 {
 			label = ""
 		}
-		fmt.Fprintf(w, "  %-9s %s\t%+g\n", label, s, r.Metrics[s])
+		fmt.Fprintf(w, "  %-9s %s\t%+g\n", label, s, metrics[s])
 	}
 }
 
@@ -215,6 +227,10 @@ type copyGroup struct {
 	path, via, status, layer, timing string
 	n                                int
 	minMS, maxMS                     float64
+	// handledMS is, for Kafka copies, the longest from publication to the consumer group's
+	// commit past the copy; unconfirmed counts the copies whose commit was not seen.
+	handledMS   float64
+	unconfirmed int
 }
 
 // groupCopies groups copies by path and answer, in order of first appearance, so twenty
@@ -235,12 +251,26 @@ func groupCopies(copies []copyRecord) []copyGroup {
 		groups[i].n++
 		groups[i].minMS = min(groups[i].minMS, c.DurationMS)
 		groups[i].maxMS = max(groups[i].maxMS, c.DurationMS)
+		if c.Via == "kafka" && c.Error == "" {
+			if c.ConsumedMS > 0 {
+				groups[i].handledMS = max(groups[i].handledMS, c.ConsumedMS-c.StartMS)
+			} else {
+				groups[i].unconfirmed++
+			}
+		}
 	}
 	for i := range groups {
 		g := &groups[i]
 		g.timing = "in " + fmtMS(g.maxMS)
 		if g.n > 1 && fmtMS(g.minMS) != fmtMS(g.maxMS) {
 			g.timing = "in " + fmtMS(g.minMS) + "–" + fmtMS(g.maxMS)
+		}
+		switch {
+		case g.via != "kafka" || g.status == "no answer":
+		case g.unconfirmed > 0:
+			g.timing += ", handling not confirmed"
+		case g.handledMS > 0:
+			g.timing += ", handled within " + fmtMS(g.handledMS)
 		}
 	}
 	return groups
@@ -272,10 +302,13 @@ func layerText(c copyRecord) string {
 	return c.Outcome
 }
 
+// verdictOrder is the order verdict counts are printed in.
+var verdictOrder = []verdict{verdictHeld, verdictViolated, verdictReproduced, verdictNotReproduced, verdictSkipped, verdictError}
+
 // totalsLine prints the verdict counts, e.g. "7 held, 1 VIOLATED".
 func totalsLine(t map[verdict]int) string {
 	var parts []string
-	for _, v := range []verdict{verdictHeld, verdictViolated, verdictReproduced, verdictNotReproduced, verdictSkipped, verdictError} {
+	for _, v := range verdictOrder {
 		if t[v] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", t[v], v))
 		}

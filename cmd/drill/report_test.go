@@ -25,12 +25,13 @@ func sampleReport() report {
 	held.Verdict, held.Summary = judge("oncepay", outcome{copies: copies, held: joinNonEmpty("credited once", stoppedSummary(copies))})
 	lab := result{ID: "I2", Name: "concurrent recharge callbacks", Target: "lab", Verdict: verdictReproduced,
 		Summary: "balance +300000 for one recharge of 100000 (credited 3×)", Effect: []string{"balance +300000 for one recharge of 100000 (credited 3×)"},
-		Copies:      []copyRecord{{Path: "recharge callback", Via: "http", Status: 200, DurationMS: 30}, {Path: "kafka redelivery", Via: "kafka", DurationMS: 1500}},
+		Copies:      []copyRecord{{Path: "recharge callback", Via: "http", Status: 200, DurationMS: 30}, {Path: "kafka redelivery", Via: "kafka", DurationMS: 1500, ConsumedMS: 6400}},
 		MetricsNote: "no oncepay_idempotency* counters exposed"}
 	skipped := result{ID: "I5", Name: "payment after close", Target: "oncepay", Verdict: verdictSkipped, Summary: "ORDER_TTL too long: 15m0s"}
 	r := report{URL: "http://localhost:8080", RunID: "0A1B2C3D", Kafka: []string{"127.0.0.1:19092"}, Lab: true,
 		StartedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Results: []result{held, lab, skipped}}
 	r.finish()
+	r.FinishedAt = r.StartedAt.Add(31200 * time.Millisecond)
 	return r
 }
 
@@ -59,7 +60,7 @@ func TestWriteTable(t *testing.T) {
 I2 concurrent recharge callbacks, lab: REPRODUCED
   fired     2 copies (1 over HTTP, 1 over Kafka), the last 0ms after the first
   answers   recharge callback  http   200        -                          ×1  in 30ms
-            kafka redelivery   kafka  published  consumer (not observable)  ×1  in 1.5s
+            kafka redelivery   kafka  published  consumer (not observable)  ×1  in 1.5s, handled within 6.4s
   effect!   balance +300000 for one recharge of 100000 (credited 3×)
   metrics   no oncepay_idempotency* counters exposed
 
@@ -72,7 +73,7 @@ I2  concurrent recharge callbacks  oncepay  held        (credited once; 19 copie
 I2  concurrent recharge callbacks  lab      REPRODUCED  (balance +300000 for one recharge of 100000 (credited 3×))
 I5  payment after close            oncepay  skipped     (ORDER_TTL too long: 15m0s)
 
-1 held, 1 REPRODUCED, 1 skipped; exit status 0
+1 held, 1 REPRODUCED, 1 skipped; exit status 0; 31.2s
 `
 	if got := b.String(); got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
@@ -108,7 +109,7 @@ func TestWriteJSONShape(t *testing.T) {
 		t.Errorf("first result = %v", first)
 	}
 	cp := first["copies"].([]any)[0].(map[string]any)
-	// The per-copy timing the HTML report will draw.
+	// The per-copy timing the HTML report draws.
 	requireKeys(t, "copy", cp, "path", "via", "route", "request_id", "start_ms", "duration_ms", "status", "outcome", "replayed")
 	if cp["status"] != 200.0 || cp["outcome"] != "executed" || cp["duration_ms"] != 41.0 {
 		t.Errorf("copy = %v", cp)

@@ -42,15 +42,18 @@ const labProbePath = "/lab/"
 // lab must serve them as follows for the lab rows to read REPRODUCED:
 //
 //   - POST /lab/recharges/notify: the body and X-Signature of /v1/recharges/notify; reads the
-//     recharge, sees PENDING, then marks it and credits the balance (check-then-act, I2).
+//     recharge, sees PENDING, then marks it and credits the balance (check-then-act, I2). The
+//     lab run credits the second user (--other-user-key), so that it can run beside oncepay's,
+//     which judges the first user's balance.
 //   - POST /lab/orders: the header and body of /v1/orders; reserves stock and creates the
 //     order first, then inserts the dedup row outside that transaction (I3).
 //   - POST /lab/payments/notify: the body and X-Signature of /v1/payments/notify; a Redis
 //     lock with a fixed 5 s TTL and no watchdog, a copy that finds it held answers 409, and
-//     ONCEPAY_CHAOS_PAYMENT_DELAY slows the work between its check and its update, so the
-//     copy at +6 s (i4Offsets) passes the check too and pays again: stock confirmed twice or
-//     paid_at stamped twice (I4).
+//     8 s of work between its check and its update (the article's; longer when
+//     ONCEPAY_CHAOS_PAYMENT_DELAY is), so the copy at +5.5 s (i4Offsets) passes the check
+//     too and pays again: stock confirmed twice or paid_at stamped twice (I4).
 //   - POST /lab/orders/{order_id}/close: admin bearer; sets CLOSED with no precondition (I5).
+//     The lab run of I5 pays its order first through POST /lab/payments/notify, one copy.
 //
 // The lab writes the same orders, stock and balances that /v1 reads.
 var labRoutes = routes{
@@ -67,21 +70,61 @@ type scenario struct {
 	id   string
 	name string
 	lab  bool
+	// closeJob says whether and how the oncepay run calls the close job (see closeMode); the
+	// lab run closes its one order by id instead.
+	closeJob closeMode
+	// purgeSensitive says the run's duplicates of a create are answered from the first one's
+	// stored result: I6's purge of every dedup row must not land in the middle of it (a
+	// duplicate one-time token whose row is gone is answered token_invalid, I7).
+	purgeSensitive bool
+	// pays says the oncepay run has oncepay apply a payment, which ONCEPAY_CHAOS_PAYMENT_DELAY
+	// slows inside its database transaction (see config.Payments). No lab run does: the lab's
+	// payment replica sleeps outside any transaction.
+	pays bool
 	run  func(d *drill, ctx context.Context, rt routes) (outcome, error)
 }
 
-// catalog lists the scenarios in the order they run. I5 has two halves with the same id, so
-// --only I5 selects both.
+// closeMode is how a run that calls POST /v1/admin/jobs/close-expired-orders/run gets the
+// server to itself. The job closes every expired unpaid order on the server, other scenarios'
+// too, even while their payment is on its way: orders expire after ONCEPAY_ORDER_TTL=3s and
+// payments take ONCEPAY_CHAOS_PAYMENT_DELAY=6s in make drill.
+type closeMode int
+
+const (
+	// noCloseJob: the run never calls the close job.
+	noCloseJob closeMode = iota
+	// closeAlone: the run pays an order and then calls the job, so the whole run goes alone,
+	// after the others: neither its payment nor another's may meet a close job half-way.
+	closeAlone
+	// closeAfterOthers: the run's own order is meant to expire unpaid, so the run starts with
+	// the others and, once its order has expired, waits for them to finish (awaitOthers)
+	// before it calls the job.
+	closeAfterOthers
+)
+
+// closes returns how the run of s against rt calls the close job.
+func (s scenario) closes(rt routes) closeMode {
+	if rt.closeOrder != nil {
+		return noCloseJob
+	}
+	return s.closeJob
+}
+
+// paying reports whether the run of s against rt has oncepay apply a slowed payment.
+func (s scenario) paying(rt routes) bool { return s.pays && rt.target == oncepayRoutes.target }
+
+// catalog lists the scenarios in the order the report prints them. I5 has two halves with the
+// same id, so --only I5 selects both.
 var catalog = []scenario{
-	{"I1", "triple delivery", false, (*drill).tripleDelivery},
-	{"I2", "concurrent recharge callbacks", true, (*drill).rechargeCallbacks},
-	{"I3", "same key, concurrent creates", true, (*drill).sameKeyOrders},
-	{"I4", "lock expiry under a slow payment", true, (*drill).slowPayment},
-	{"I5", "late close of a paid order", true, (*drill).lateClose},
-	{"I5", "payment after close", false, (*drill).payAfterClose},
-	{"I6", "purge before redelivery", false, (*drill).purgeThenRedeliver},
-	{"I7", "double click", false, (*drill).doubleClick},
-	{"flash-sale", "flash sale", false, (*drill).flashSale},
+	{id: "I1", name: "triple delivery", pays: true, run: (*drill).tripleDelivery},
+	{id: "I2", name: "concurrent recharge callbacks", lab: true, run: (*drill).rechargeCallbacks},
+	{id: "I3", name: "same key, concurrent creates", lab: true, purgeSensitive: true, run: (*drill).sameKeyOrders},
+	{id: "I4", name: "lock expiry under a slow payment", lab: true, pays: true, run: (*drill).slowPayment},
+	{id: "I5", name: "late close of a paid order", lab: true, closeJob: closeAlone, pays: true, run: (*drill).lateClose},
+	{id: "I5", name: "payment after close", closeJob: closeAfterOthers, pays: true, run: (*drill).payAfterClose},
+	{id: "I6", name: "purge before redelivery", pays: true, run: (*drill).purgeThenRedeliver},
+	{id: "I7", name: "double click", purgeSensitive: true, run: (*drill).doubleClick},
+	{id: "flash-sale", name: "flash sale", run: (*drill).flashSale},
 }
 
 // scenarioIDs returns the distinct scenario ids in catalog order.
@@ -114,10 +157,6 @@ func (d *drill) tripleDelivery(ctx context.Context, rt routes) (outcome, error) 
 		return out, err
 	}
 	tradeNo, body := d.notification(string(o.OrderID), o.Amount)
-	sentinel, err := d.newSentinel(ctx, rt, "I1")
-	if err != nil {
-		return out, err
-	}
 	shots := []shot{
 		d.notifyShot(0, "channel retry", rt.paymentNotify, body),
 		d.notifyShot(0, "gateway retry", rt.paymentNotify, body),
@@ -132,7 +171,7 @@ func (d *drill) tripleDelivery(ctx context.Context, rt routes) (outcome, error) 
 	}
 	w := d.watchOrder(ctx, o)
 	out.copies = fireAll(ctx, shots)
-	d.awaitSentinel(ctx, sentinel, tradeNo, &out.findings)
+	d.awaitConsumed(ctx, out.copies, &out.findings)
 	final, after, err := d.finalState(ctx, w, string(o.OrderID), sku.SKU)
 	if err != nil {
 		return out, err
@@ -146,16 +185,21 @@ func (d *drill) tripleDelivery(ctx context.Context, rt routes) (outcome, error) 
 }
 
 // rechargeCallbacks is I2: twenty concurrent signed callbacks for one recharge must credit the
-// balance once.
+// balance once. The balance is the user's, not the scenario's, so the lab run recharges the
+// second user: the two runs go at the same time without reading each other's credits.
 func (d *drill) rechargeCallbacks(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
 	const amount = 100000
-	bal0, err := d.balance(ctx)
+	user := d.cfg.UserKey
+	if rt.target == labRoutes.target {
+		user = d.cfg.OtherUserKey
+	}
+	bal0, err := d.balance(ctx, user)
 	if err != nil {
 		return out, err
 	}
 	var rc recharge
-	_, err = d.c.expect(ctx, call{method: http.MethodPost, path: "/v1/recharges", bearer: d.cfg.UserKey,
+	_, err = d.c.expect(ctx, call{method: http.MethodPost, path: "/v1/recharges", bearer: user,
 		idemKey: d.key(rt, "I2"), body: []byte(`{"amount":100000}`), requestID: d.requestID()}, http.StatusCreated, &rc)
 	if err != nil {
 		return out, err
@@ -167,10 +211,10 @@ func (d *drill) rechargeCallbacks(ctx context.Context, rt routes) (outcome, erro
 	}
 	out.copies = fireAll(ctx, shots)
 	var final recharge
-	if _, err := d.c.expect(ctx, d.get("/v1/recharges/"+string(rc.RechargeID), d.cfg.UserKey), http.StatusOK, &final); err != nil {
+	if _, err := d.c.expect(ctx, d.get("/v1/recharges/"+string(rc.RechargeID), user), http.StatusOK, &final); err != nil {
 		return out, err
 	}
-	bal1, err := d.balance(ctx)
+	bal1, err := d.balance(ctx, user)
 	if err != nil {
 		return out, err
 	}
@@ -230,10 +274,14 @@ func (d *drill) sameKeyOrders(ctx context.Context, rt routes) (outcome, error) {
 	return out, nil
 }
 
-// i4Offsets space the copies of I4 across a slow payment. The brief's 0, +1 s and +3 s land
-// while the first copy still holds its lock; +6 s is the incident's retry, after a fixed 5 s
-// lock has expired and before an 8 s payment finishes, so the lab replica can reproduce it.
-var i4Offsets = []time.Duration{0, time.Second, 3 * time.Second, 6 * time.Second}
+// i4Offsets space the copies of I4 across a slow payment. 0, +1 s and +3 s land while the
+// first copy still holds its lock; +5.5 s is the incident's retry (the article's came at ~6 s):
+// after a fixed 5 s lease has run out, and before the first copy is done — the lab's after
+// its 8 s of work, oncepay's after ONCEPAY_CHAOS_PAYMENT_DELAY=6s (make drill), which is as
+// short as it can be while still outlasting the retry, because it slows every payment of the
+// drill. So the lab replica pays twice, and oncepay must hold the copy off with a lock its
+// watchdog renews past ONCEPAY_LOCK_TTL=5s, and with its dedup record behind it.
+var i4Offsets = []time.Duration{0, time.Second, 3 * time.Second, 5500 * time.Millisecond}
 
 // slowPayment is I4: copies of one notification spaced across a slow payment. The drill
 // cannot slow the server; it reports whether the server was slow enough to test the lock.
@@ -266,7 +314,7 @@ func (d *drill) slowPayment(ctx context.Context, rt routes) (outcome, error) {
 	}
 	if slowest < 1000 {
 		out.notef("the server answered every copy within %.0fms, so no copy overlapped a held lock; "+
-			"start it with ONCEPAY_CHAOS_PAYMENT_DELAY=8s (and ONCEPAY_LOCK_TTL=5s) to replay I4", slowest)
+			"start it with ONCEPAY_CHAOS_PAYMENT_DELAY=6s and ONCEPAY_LOCK_TTL=5s to replay I4", slowest)
 	}
 	out.expected = "PAID once; stock available -1, reserved +0, sold +1"
 	out.observed = fmt.Sprintf("%s; stock %s; slowest answer %.0fms", final.Status, after.since(sku), slowest)
@@ -276,6 +324,9 @@ func (d *drill) slowPayment(ctx context.Context, rt routes) (outcome, error) {
 
 // lateClose is the first half of I5: a close that runs late must not close a paid order.
 // oncepay's close is the job with its precondition; the lab's is an unconditional UPDATE.
+// Each target pays the order through its own route, with one copy: the lab's payment replica
+// is then right (its bug needs a second copy, I4), and its slowed work holds no database
+// transaction, so on the embedded SQLite the lab run does not queue behind oncepay's payments.
 func (d *drill) lateClose(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
 	sku, o, err := d.orderOnNewSKU(ctx, rt, "I5", 1)
@@ -285,7 +336,7 @@ func (d *drill) lateClose(ctx context.Context, rt routes) (outcome, error) {
 	id := string(o.OrderID)
 	_, body := d.notification(id, o.Amount)
 	t0 := time.Now()
-	pay := d.c.fireHTTP(ctx, t0, "payment", d.notifyCall(oncepayRoutes.paymentNotify, body), nil)
+	pay := d.c.fireHTTP(ctx, t0, "payment", d.notifyCall(rt.paymentNotify, body), nil)
 	out.copies = append(out.copies, pay)
 	paid, err := d.order(ctx, id)
 	if err != nil {
@@ -339,7 +390,8 @@ const maxDrillTTL = 5 * time.Second
 
 // payAfterClose is the second half of I5: an order that expired and was closed, then paid,
 // stays CLOSED with its stock untouched, and the payment is recorded for refund. It needs a
-// server started with a tiny ONCEPAY_ORDER_TTL; otherwise it is skipped.
+// server started with a tiny ONCEPAY_ORDER_TTL; otherwise it is skipped. Its order expires
+// while the other scenarios run; the close job waits for them (closeAfterOthers).
 func (d *drill) payAfterClose(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
 	sku, o, err := d.orderOnNewSKU(ctx, rt, "I5X", 1)
@@ -359,6 +411,11 @@ func (d *drill) payAfterClose(ctx context.Context, rt routes) (outcome, error) {
 	if err := sleep(ctx, time.Until(created.Add(ttl+time.Second))); err != nil {
 		return out, err
 	}
+	release, err := d.awaitOthers(ctx)
+	if err != nil {
+		return out, err
+	}
+	defer release()
 	t0 := time.Now()
 	out.copies = append(out.copies, d.c.fireHTTP(ctx, t0, "close job", call{method: http.MethodPost,
 		path: "/v1/admin/jobs/close-expired-orders/run", bearer: d.cfg.AdminKey, requestID: d.requestID()}, nil))
@@ -437,10 +494,9 @@ func (d *drill) purgeThenRedeliver(ctx context.Context, rt routes) (outcome, err
 	}
 	purgeCall := call{method: http.MethodPost, path: "/v1/admin/jobs/purge-dedup-records/run", bearer: d.cfg.AdminKey,
 		body: []byte(`{"older_than":"0s"}`), requestID: d.requestID()}
-	if _, err := d.c.expect(ctx, purgeCall, http.StatusOK, &purge); err != nil {
-		return out, err
-	}
-	sentinel, err := d.newSentinel(ctx, rt, "I6")
+	d.purgeGate.Lock() // wait for the runs that answer duplicates from their dedup rows
+	_, err = d.c.expect(ctx, purgeCall, http.StatusOK, &purge)
+	d.purgeGate.Unlock()
 	if err != nil {
 		return out, err
 	}
@@ -458,8 +514,8 @@ func (d *drill) purgeThenRedeliver(ctx context.Context, rt routes) (outcome, err
 	}
 	w := d.watchOrder(ctx, paid)
 	redelivered := fireAll(ctx, shots)
+	d.awaitConsumed(ctx, redelivered, &out.findings)
 	out.copies = append(out.copies, redelivered...)
-	d.awaitSentinel(ctx, sentinel, tradeNo, &out.findings)
 	final, after, err := d.finalState(ctx, w, id, sku.SKU)
 	if err != nil {
 		return out, err

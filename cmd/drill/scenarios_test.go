@@ -25,8 +25,9 @@ type fakeOncepay struct {
 	// lab mounts /lab/ with its naive /lab/recharges/notify.
 	lab bool
 
-	mu        sync.Mutex
-	balance   int64
+	mu sync.Mutex
+	// balance is per API key: the lab's I2 run recharges the second user.
+	balance   map[string]int64
 	recharges map[string]*fakeRecharge
 	dedup     map[string]string
 	outcomes  map[string]int
@@ -34,13 +35,14 @@ type fakeOncepay struct {
 }
 
 type fakeRecharge struct {
+	User   string
 	Status string
 	Amount int64
 }
 
 func newFakeOncepay(naive, lab bool) *fakeOncepay {
 	return &fakeOncepay{secret: "dev-channel-secret", naive: naive, lab: lab,
-		recharges: map[string]*fakeRecharge{}, dedup: map[string]string{}, outcomes: map[string]int{}}
+		balance: map[string]int64{}, recharges: map[string]*fakeRecharge{}, dedup: map[string]string{}, outcomes: map[string]int{}}
 }
 
 func (f *fakeOncepay) handler() http.Handler {
@@ -54,7 +56,7 @@ func (f *fakeOncepay) handler() http.Handler {
 	mux.HandleFunc("GET /v1/accounts/me", f.user(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		writeJSONBody(w, http.StatusOK, map[string]any{"user_id": "1", "balance": f.balance})
+		writeJSONBody(w, http.StatusOK, map[string]any{"user_id": "1", "balance": f.balance[r.Header.Get("Authorization")]})
 	}))
 	mux.HandleFunc("POST /v1/recharges", f.user(f.createRecharge))
 	mux.HandleFunc("GET /v1/recharges/{id}", f.user(func(w http.ResponseWriter, r *http.Request) {
@@ -77,7 +79,7 @@ func (f *fakeOncepay) handler() http.Handler {
 
 func (f *fakeOncepay) user(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer demo-alice-key" {
+		if a := r.Header.Get("Authorization"); a != "Bearer demo-alice-key" && a != "Bearer demo-bob-key" {
 			problem(w, http.StatusUnauthorized, "unauthorized")
 			return
 		}
@@ -117,7 +119,7 @@ func (f *fakeOncepay) createRecharge(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.nextID++
 	id := strconv.Itoa(1790000000000000000 + f.nextID)
-	f.recharges[id] = &fakeRecharge{Status: "PENDING", Amount: req.Amount}
+	f.recharges[id] = &fakeRecharge{User: r.Header.Get("Authorization"), Status: "PENDING", Amount: req.Amount}
 	f.mu.Unlock()
 	w.Header().Set("Idempotency-Outcome", "executed")
 	writeJSONBody(w, http.StatusCreated, map[string]any{"recharge_id": id, "status": "PENDING", "amount": req.Amount})
@@ -153,7 +155,7 @@ func (f *fakeOncepay) notifyOnce(w http.ResponseWriter, n notificationBody) {
 	f.mu.Lock()
 	if rc := f.recharges[n.OutTradeNo]; rc != nil && rc.Status == "PENDING" {
 		rc.Status = "SUCCEEDED"
-		f.balance += n.Amount
+		f.balance[rc.User] += n.Amount
 	}
 	f.dedup[key] = "done"
 	f.mu.Unlock()
@@ -171,7 +173,7 @@ func (f *fakeOncepay) notifyNaive(w http.ResponseWriter, n notificationBody) {
 	if pending {
 		f.mu.Lock()
 		rc.Status = "SUCCEEDED"
-		f.balance += n.Amount
+		f.balance[rc.User] += n.Amount
 		f.mu.Unlock()
 	}
 	writeJSONBody(w, http.StatusOK, map[string]string{"result": "success"})
@@ -234,12 +236,33 @@ func TestRechargeCallbacksHeldAndReproducedInTheLab(t *testing.T) {
 	if n := countOutcome(once.Copies, "executed"); n != 1 {
 		t.Errorf("%d copies executed, want 1", n)
 	}
-	stopped := once.Metrics[`oncepay_idempotency_outcomes_total{outcome="replayed"}`] + once.Metrics[`oncepay_idempotency_outcomes_total{outcome="in_progress"}`]
-	if stopped != 19 || once.Metrics[`oncepay_idempotency_outcomes_total{outcome="executed"}`] != 1 {
-		t.Errorf("metrics delta = %v", once.Metrics)
+	// The two runs went at the same time: the server-wide counters are the run's, not theirs.
+	if len(once.Metrics) != 0 || !strings.HasPrefix(once.MetricsNote, "not attributed") {
+		t.Errorf("overlapping run: metrics %v, note %q", once.Metrics, once.MetricsNote)
 	}
+	checkOneCredit(t, rep.Metrics)
 	if lab.Target != "lab" || lab.Verdict != verdictReproduced || lab.Copies[0].Route != "POST /lab/recharges/notify" {
 		t.Errorf("lab: %s %s: %s", lab.Target, lab.Verdict, lab.Summary)
+	}
+}
+
+func TestSerialAttributesTheCountersToEachRun(t *testing.T) {
+	code, rep, _ := drillFake(t, newFakeOncepay(false, true), "--serial")
+	if code != exitOK || len(rep.Results) != 2 {
+		t.Fatalf("exit %d, %d results", code, len(rep.Results))
+	}
+	checkOneCredit(t, rep.Results[0].Metrics)
+	if lab := rep.Results[1]; len(lab.Metrics) != 0 || lab.MetricsNote != "" {
+		t.Errorf("lab run: metrics %v, note %q; the fake's lab moves no counter", lab.Metrics, lab.MetricsNote)
+	}
+}
+
+// checkOneCredit checks a counter delta of I2 against the fake: one executed, 19 stopped.
+func checkOneCredit(t *testing.T, m map[string]float64) {
+	t.Helper()
+	stopped := m[`oncepay_idempotency_outcomes_total{outcome="replayed"}`] + m[`oncepay_idempotency_outcomes_total{outcome="in_progress"}`]
+	if stopped != 19 || m[`oncepay_idempotency_outcomes_total{outcome="executed"}`] != 1 {
+		t.Errorf("metrics delta = %v", m)
 	}
 }
 

@@ -10,18 +10,20 @@ package lab
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-redsync/redsync/v4"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -31,15 +33,16 @@ type Lab struct {
 	db     *gorm.DB
 	ids    *ids.Generator
 	orders *order.Service
-	rs     *redsync.Redsync
+	rdb    *redis.Client
 	secret string
-	// ChaosDelay slows the naive payment between its check and its update (I4).
+	// ChaosDelay slows the naive payment between its check and its update (I4), to no less
+	// than the article's slowUpstream.
 	ChaosDelay time.Duration
 }
 
 // New returns the lab on the real database and Redis.
 func New(db *gorm.DB, rdb *redis.Client, gen *ids.Generator, orders *order.Service, secret string, chaos time.Duration) *Lab {
-	return &Lab{db: db, ids: gen, orders: orders, rs: redsync.New(goredis.NewPool(rdb)), secret: secret, ChaosDelay: chaos}
+	return &Lab{db: db, ids: gen, orders: orders, rdb: rdb, secret: secret, ChaosDelay: chaos}
 }
 
 // Routes serves the replicas, mounted at /lab.
@@ -60,7 +63,7 @@ func (l *Lab) index(w http.ResponseWriter, _ *http.Request) {
 		"routes": map[string]string{
 			"POST /lab/recharges/notify":        "I2: check-then-act recharge callback (seed 003)",
 			"POST /lab/orders":                  "I3: dedup row written after the business update, outside its transaction (seed 000 §5.1)",
-			"POST /lab/payments/notify":         "I4: fixed 5 s lock, no watchdog, slowed by ONCEPAY_CHAOS_PAYMENT_DELAY (seed 000 §5.2)",
+			"POST /lab/payments/notify":         "I4: fixed 5 s lock, no watchdog, check-then-act around 8 s of work (or ONCEPAY_CHAOS_PAYMENT_DELAY when longer) (seed 000 §5.2)",
 			"POST /lab/orders/{order_id}/close": "I5: unconditional UPDATE orders SET status='CLOSED' (seed 000 §5.3)",
 		},
 	})
@@ -114,10 +117,19 @@ func (l *Lab) rechargeNotifyCheckThenAct(w http.ResponseWriter, r *http.Request)
 	}
 	time.Sleep(50 * time.Millisecond) // … the call to the accounting service …
 	now := time.Now().UTC()
-	l.db.WithContext(ctx).Table("recharges").Where("id = ?", id). // … then act, unconditionally.
-									Updates(map[string]any{"status": "SUCCEEDED", "channel": n.Channel, "trade_no": nil, "succeeded_at": now, "updated_at": now})
-	l.db.WithContext(ctx).Table("accounts").Where("user_id = ?", rc.UserID).
-		Update("balance", gorm.Expr("balance + ?", rc.Amount))
+	err = l.write(ctx, func(db *gorm.DB) error { // … then act, unconditionally.
+		return db.Table("recharges").Where("id = ?", id).
+			Updates(map[string]any{"status": "SUCCEEDED", "channel": n.Channel, "trade_no": nil, "succeeded_at": now, "updated_at": now}).Error
+	})
+	if err == nil {
+		err = l.write(ctx, func(db *gorm.DB) error {
+			return db.Table("accounts").Where("user_id = ?", rc.UserID).Update("balance", gorm.Expr("balance + ?", rc.Amount)).Error
+		})
+	}
+	if err != nil {
+		web.WriteError(w, r, err)
+		return
+	}
 	web.WriteJSON(w, http.StatusOK, success)
 }
 
@@ -142,7 +154,11 @@ func (l *Lab) createOrderDedupAfter(w http.ResponseWriter, r *http.Request) {
 		lines[i] = order.Line{SKU: it.SKU, Quantity: it.Quantity}
 	}
 	userID, _ := web.UserID(r.Context())
-	o, err := l.orders.Create(r.Context(), userID, lines) // business first, committed …
+	var o order.Order
+	err := l.write(r.Context(), func(*gorm.DB) (err error) { // business first, committed …
+		o, err = l.orders.Create(r.Context(), userID, lines)
+		return err
+	})
 	if err != nil {
 		web.WriteError(w, r, err)
 		return
@@ -155,9 +171,10 @@ func (l *Lab) createOrderDedupAfter(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusCreated, order.ViewOf(o))
 }
 
-// payWithFixedLock is the BUG of I4: a Redis lock with a fixed 5 s TTL and no watchdog around
-// a check-then-act payment. When the work (slowed by ONCEPAY_CHAOS_PAYMENT_DELAY) outlives the
-// lease, a retry takes the lock, still sees the order unpaid, and confirms the stock again.
+// payWithFixedLock is the BUG of I4: a Redis lock with a fixed 5 s lease and no watchdog
+// around a check-then-act payment. The work outlives the lease (slowUpstream), so a retry
+// takes the lock, still sees the order unpaid, and pays again: paid_at is stamped twice and
+// the stock is confirmed twice.
 func (l *Lab) payWithFixedLock(w http.ResponseWriter, r *http.Request) {
 	n, id, err := decodeNotification(r)
 	if err != nil {
@@ -165,12 +182,16 @@ func (l *Lab) payWithFixedLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	m := l.rs.NewMutex("oncepay:lab:pay:"+n.Channel+":"+n.TradeNo, redsync.WithExpiry(5*time.Second), redsync.WithTries(1))
-	if err := m.TryLockContext(ctx); err != nil {
+	lease, err := takeFixedLease(ctx, l.rdb, "oncepay:lab:pay:"+n.Channel+":"+n.TradeNo, fixedLease)
+	if err != nil {
+		web.WriteError(w, r, err)
+		return
+	}
+	if lease == "" {
 		web.WriteError(w, r, apperr.New(http.StatusConflict, "idempotency_key_in_use", "the lab lock is held; retry later"))
 		return
 	}
-	defer func() { _, _ = m.UnlockContext(context.WithoutCancel(ctx)) }()
+	defer releaseFixedLease(context.WithoutCancel(ctx), l.rdb, "oncepay:lab:pay:"+n.Channel+":"+n.TradeNo, lease)
 
 	o, err := l.orders.Lookup(ctx, id)
 	if err != nil {
@@ -181,16 +202,82 @@ func (l *Lab) payWithFixedLock(w http.ResponseWriter, r *http.Request) {
 		web.WriteJSON(w, http.StatusOK, success)
 		return
 	}
-	time.Sleep(l.ChaosDelay) // … the slow upstream, while the fixed lease runs out …
+	time.Sleep(max(l.ChaosDelay, slowUpstream)) // … the slow upstream, while the fixed lease runs out unrenewed …
 	now := time.Now().UTC()
-	l.db.WithContext(ctx).Table("orders").Where("id = ?", id). // … then act, unconditionally.
-									Updates(map[string]any{"status": "PAID", "channel": n.Channel, "trade_no": n.TradeNo, "paid_at": now, "updated_at": now})
+	err = l.write(ctx, func(db *gorm.DB) error { // … then act, unconditionally.
+		return db.Table("orders").Where("id = ?", id).
+			Updates(map[string]any{"status": "PAID", "channel": n.Channel, "trade_no": n.TradeNo, "paid_at": now, "updated_at": now}).Error
+	})
 	for _, it := range o.Items {
-		l.db.WithContext(ctx).Table("inventory").Where("sku = ?", it.SKU).Updates(map[string]any{
-			"reserved": gorm.Expr("reserved - ?", it.Quantity), "sold": gorm.Expr("sold + ?", it.Quantity),
-		})
+		if err == nil {
+			err = l.write(ctx, func(db *gorm.DB) error {
+				return db.Table("inventory").Where("sku = ?", it.SKU).Updates(map[string]any{
+					"reserved": gorm.Expr("reserved - ?", it.Quantity), "sold": gorm.Expr("sold + ?", it.Quantity),
+				}).Error
+			})
+		}
+	}
+	if err != nil {
+		web.WriteError(w, r, err)
+		return
 	}
 	web.WriteJSON(w, http.StatusOK, success)
+}
+
+// fixedLease is the lab lock's lease: the article's 5 s, fixed, and never renewed (I4).
+const fixedLease = 5 * time.Second
+
+// slowUpstream is how long the article's payment work took (I4): 8 s against a 5 s lease, so
+// that a retry between the two finds the lease gone and the order still unpaid. The lab's
+// payment takes at least that long, or ONCEPAY_CHAOS_PAYMENT_DELAY when it is longer. It
+// holds no database transaction, so the time costs nothing but the wait; and a retry that
+// lands 2.5 s before the first copy's update still passes the check on a busy embedded
+// SQLite, where a read can queue for most of a second.
+const slowUpstream = 8 * time.Second
+
+// takeLeaseScript is the naive lock of I4: SET NX PX with a fixed lease. The lease's deadline
+// is also written into the value, and a taker that finds the deadline passed takes the lock:
+// on a real Redis the key has expired by then and this branch never runs, but the embedded
+// Redis (miniredis) does not count TTLs down on its own, and the lab must lose its lease there
+// too. KEYS[1] is the lock; ARGV[1] the value "deadline_ms:token", ARGV[2] now in ms, ARGV[3]
+// the lease in ms.
+var takeLeaseScript = redis.NewScript(`
+local held = redis.call('GET', KEYS[1])
+if held then
+  local deadline = tonumber(string.match(held, '^(%d+):'))
+  if deadline == nil or deadline > tonumber(ARGV[2]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+return 1
+`)
+
+// releaseLeaseScript deletes the lock only if it still holds this taker's value.
+var releaseLeaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// takeFixedLease tries once to take key for lease and returns the value that proves it, or ""
+// when someone else's lease has not run out yet. Nothing renews it: that is the bug.
+func takeFixedLease(ctx context.Context, rdb *redis.Client, key string, lease time.Duration) (string, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	now := time.Now()
+	value := fmt.Sprintf("%d:%s", now.Add(lease).UnixMilli(), hex.EncodeToString(b[:]))
+	ok, err := takeLeaseScript.Run(ctx, rdb, []string{key}, value, now.UnixMilli(), lease.Milliseconds()).Int()
+	if err != nil {
+		return "", fmt.Errorf("lab lock: %w", err)
+	}
+	if ok == 0 {
+		return "", nil
+	}
+	return value, nil
+}
+
+// releaseFixedLease gives key back if value still holds it; a lease that ran out and was taken
+// by a retry stays with the retry.
+func releaseFixedLease(ctx context.Context, rdb *redis.Client, key, value string) {
+	_ = releaseLeaseScript.Run(ctx, rdb, []string{key}, value).Err()
 }
 
 // closeUnconditionally is the BUG of I5: the late timeout task's
@@ -208,13 +295,41 @@ func (l *Lab) closeUnconditionally(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, err)
 		return
 	}
-	l.db.WithContext(ctx).Table("orders").Where("id = ?", id).Updates(map[string]any{"status": "CLOSED", "updated_at": time.Now().UTC()})
+	err = l.write(ctx, func(db *gorm.DB) error {
+		return db.Table("orders").Where("id = ?", id).Updates(map[string]any{"status": "CLOSED", "updated_at": time.Now().UTC()}).Error
+	})
 	for _, it := range o.Items {
-		l.db.WithContext(ctx).Table("inventory").Where("sku = ?", it.SKU).
-			Update("available", gorm.Expr("available + ?", it.Quantity))
+		if err == nil {
+			err = l.write(ctx, func(db *gorm.DB) error {
+				return db.Table("inventory").Where("sku = ?", it.SKU).Update("available", gorm.Expr("available + ?", it.Quantity)).Error
+			})
+		}
+	}
+	if err != nil {
+		web.WriteError(w, r, err)
+		return
 	}
 	o, _ = l.orders.Lookup(ctx, id)
 	web.WriteJSON(w, http.StatusOK, order.ViewOf(o))
+}
+
+// write runs one of the lab's writes and, while the database answers that it is busy, runs it
+// again until the request gives up. This is not part of any bug: the replicas are wrong about
+// idempotency, not about errors. On the embedded SQLite a drill keeps the one write lock taken,
+// six seconds at a time, by payments slowed with ONCEPAY_CHAOS_PAYMENT_DELAY — longer than
+// SQLite's busy timeout — and a lost write would hide the incident the replica is there to show.
+func (l *Lab) write(ctx context.Context, fn func(db *gorm.DB) error) error {
+	for {
+		err := fn(l.db.WithContext(ctx))
+		if err == nil || !database.IsRetryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func notFound(err error) error {
