@@ -24,6 +24,9 @@ func Open(addr, embeddedAddr string) (*Conn, error) {
 	c := &Conn{}
 	if addr == "" {
 		m := miniredis.NewMiniRedis()
+		// TTLs must run on the wall clock like a real Redis: tokens expire, a dead holder's
+		// lock lapses, cached replays age out.
+		m.ClockTTL(true)
 		if err := m.StartAddr(embeddedAddr); err != nil {
 			return nil, fmt.Errorf("start embedded redis on %s (set ONCEPAY_EMBEDDED_REDIS_ADDR to another port): %w", embeddedAddr, err)
 		}

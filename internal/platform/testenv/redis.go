@@ -25,6 +25,7 @@ func Redis(tb testing.TB) *redisx.Conn {
 			tb.Fatalf("%s is not set but CI=true: the suite must run against a real Redis", EnvRedisAddr)
 		}
 		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true) // expire keys on the wall clock, like the real Redis CI uses
 		if err := m.Start(); err != nil {
 			tb.Fatalf("start miniredis: %v", err)
 		}
