@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
@@ -37,6 +36,7 @@ func TestMain(m *testing.M) {
 // quietLogger drops go-redis's internal log lines.
 type quietLogger struct{}
 
+// Printf drops the line.
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // env is one test's own database (with the side_effects table) and Redis database.
@@ -56,36 +56,7 @@ func newEnv(tb testing.TB) *env {
 	if err != nil {
 		tb.Fatalf("ids: %v", err)
 	}
-	conn := testenv.Redis(tb)
-	if conn.Embedded != nil {
-		runClock(tb, conn.Embedded)
-	}
-	return &env{db: db, rdb: conn.Client, gen: gen}
-}
-
-// runClock makes an embedded miniredis expire keys in real time, as Redis does: miniredis
-// only moves its TTLs on FastForward, so without this a lease or token would never expire
-// and the I4 tests would prove nothing without a real Redis.
-func runClock(tb testing.TB, m *miniredis.Miniredis) {
-	tb.Helper()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		const step = 10 * time.Millisecond
-		t := time.NewTicker(step)
-		defer t.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-stop:
-				return
-			case now := <-t.C:
-				m.FastForward(now.Sub(last))
-				last = now
-			}
-		}
-	})
-	tb.Cleanup(func() { close(stop); wg.Wait() })
+	return &env{db: db, rdb: testenv.Redis(tb).Client, gen: gen}
 }
 
 // guard returns a guard on the env's database and Redis with cfg and its own registry.
@@ -104,6 +75,7 @@ type sideEffect struct {
 	K  string
 }
 
+// TableName is the test table created by createSideEffects.
 func (sideEffect) TableName() string { return "side_effects" }
 
 // createSideEffects creates the side_effects table in db, in db's dialect.

@@ -29,6 +29,7 @@ type thingHandler struct {
 	release chan struct{} // closed by the test to let held requests finish
 }
 
+// create serves POST /v1/things: one side_effects row, 201 with Location.
 func (h *thingHandler) create(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Name string `json:"name"`
@@ -56,6 +57,7 @@ func (h *thingHandler) create(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusCreated, map[string]any{"id": id, "name": in.Name})
 }
 
+// cancel serves POST /v1/things/{id}/cancel: one side_effects row, 200 naming the thing.
 func (h *thingHandler) cancel(w http.ResponseWriter, r *http.Request) {
 	if _, err := insertEffect(r.Context(), h.db, "cancel"); err != nil {
 		web.WriteError(w, r, err)
@@ -362,5 +364,26 @@ func TestMiddlewareJoinsTheTransaction(t *testing.T) {
 	expect(t, "first", h.post(t, "/x", "1", "k", ``), http.StatusNoContent, "", idempotent.Executed)
 	if !<-inTx {
 		t.Errorf("the handler's context carries no transaction: its writes would commit outside the dedup record's")
+	}
+}
+
+// TestMiddlewareRetrySeesTheBody: when the database aborts the dedup transaction after the
+// handler ran, Do runs the handler again — and the handler must read the same body again,
+// not an exhausted reader (which would store a 400 "the body is empty" under the key).
+func TestMiddlewareRetrySeesTheBody(t *testing.T) {
+	t.Parallel()
+	h := newHTTPEnv(t)
+	fired := abortOnce(t, h.db)
+	got := h.post(t, "/v1/things/", "1", "k-1", `{"name":"a"}`)
+	if !fired.Load() {
+		t.Fatal("the abort was not injected")
+	}
+	expect(t, "aborted then retried", got, http.StatusCreated, "", idempotent.Executed)
+	if !strings.Contains(got.body, `"name":"a"`) {
+		t.Errorf("retried handler answered %s, want the request's name", got.body)
+	}
+	expect(t, "copy", h.post(t, "/v1/things/", "1", "k-1", `{"name":"a"}`), http.StatusCreated, "", idempotent.Replayed)
+	if n := countEffects(t, h.db, "thing"); n != 1 {
+		t.Errorf("side_effects rows = %d, want 1", n)
 	}
 }

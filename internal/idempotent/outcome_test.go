@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/idempotent"
@@ -240,5 +242,46 @@ func TestCancelMidTransaction(t *testing.T) {
 	mustExecute(t, g, req, effectWork(e.db, key.BizKey, 0, http.StatusCreated))
 	if n := countEffects(t, e.db, key.BizKey); n != 1 {
 		t.Errorf("side_effects rows = %d after the retry, want 1", n)
+	}
+}
+
+// abortOnce makes the first completion of a dedup record in db fail as a deadlock would
+// (MySQL error 1213, which database.Translate calls retryable), once: a database that
+// aborts the transaction after the work ran, as InnoDB or a Galera certification failure
+// may at the last statement or at commit.
+func abortOnce(t *testing.T, db *gorm.DB) *atomic.Bool {
+	t.Helper()
+	var fired atomic.Bool
+	err := db.Callback().Update().Before("gorm:update").Register("test:abort_once", func(tx *gorm.DB) {
+		if tx.Statement.Table == "idempotency_records" && fired.CompareAndSwap(false, true) {
+			_ = tx.AddError(&gomysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock (injected by the test)"})
+		}
+	})
+	if err != nil {
+		t.Fatalf("register callback: %v", err)
+	}
+	return &fired
+}
+
+// TestDoRetriesAnAbortedTransaction: a transaction the database aborted left nothing behind,
+// so Do runs it again; the effect still happens exactly once.
+func TestDoRetriesAnAbortedTransaction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	fired := abortOnce(t, e.db)
+	g := e.guard(idempotent.Config{})
+	key := testKey(t, "user:1", "k")
+	var calls atomic.Int32
+	work := countingWork(&calls, effectWork(e.db, key.BizKey, 0, http.StatusCreated))
+
+	mustExecute(t, g, request(key, `{}`), work)
+	if !fired.Load() || calls.Load() != 2 {
+		t.Fatalf("abort injected %v, work ran %d times; want the aborted attempt run again", fired.Load(), calls.Load())
+	}
+	if n := countEffects(t, e.db, key.BizKey); n != 1 {
+		t.Errorf("side_effects rows = %d, want 1", n)
+	}
+	if n := countRecords(t, e.db, key); n != 1 {
+		t.Errorf("idempotency_records rows = %d, want 1", n)
 	}
 }

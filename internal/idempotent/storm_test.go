@@ -61,9 +61,16 @@ func TestStorm(t *testing.T) {
 
 			for i := range stormSize {
 				res, err := g.Do(ctx, req, work)
-				if err != nil || res.Outcome != idempotent.Replayed || res.Layer != m.replayFrom {
+				want := m.replayFrom
+				if i == 0 && want != idempotent.LayerDedup && res.Layer == idempotent.LayerDedup {
+					// The cache fill after the storm is best effort (a Redis timeout under the
+					// storm's load only costs a database read); the dedup answer refills it.
+					t.Logf("first sequential copy answered from the dedup record: the cache fill had failed")
+					want = idempotent.LayerDedup
+				}
+				if err != nil || res.Outcome != idempotent.Replayed || res.Layer != want {
 					t.Fatalf("sequential copy %d: outcome %q layer %q err %v, want replayed from %s",
-						i, res.Outcome, res.Layer, err, m.replayFrom)
+						i, res.Outcome, res.Layer, err, want)
 				}
 				if !bytes.Equal(res.Response.Body, body) || res.Response.Status != http.StatusCreated {
 					t.Fatalf("sequential copy %d answered %d %s, want 201 %s", i, res.Response.Status, res.Response.Body, body)
