@@ -179,6 +179,9 @@ func (g *Guard) redisFailed(layer Layer, err error) error {
 // errNotStored rolls back a transaction whose outcome must not be stored (5xx, 401, …).
 var errNotStored = errors.New("outcome not storable")
 
+// errInsertWaited rolls back a transaction whose dedup insert timed out behind another attempt.
+var errInsertWaited = errors.New("dedup insert waited out the lock wait timeout")
+
 // runOnce runs the dedup transaction, again when the database aborted it (deadlock, lock
 // wait timeout): an aborted transaction left nothing behind, so running it again is safe.
 func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, error) {
@@ -212,6 +215,11 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 	err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := insertRecord(ctx, tx, rec); err != nil {
 			duplicate = errors.Is(err, database.ErrDuplicateKey)
+			if database.IsLockWaitTimeout(err) {
+				// The first attempt still holds the key after innodb_lock_wait_timeout:
+				// it is in progress; running the insert again would only wait again.
+				return errInsertWaited
+			}
 			return err
 		}
 		var err error
@@ -224,6 +232,8 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 		return completeRecord(ctx, tx, rec.ID, resp)
 	})
 	switch {
+	case errors.Is(err, errInsertWaited):
+		return Result{Outcome: InProgress, Layer: LayerDedup}, ErrKeyInUse
 	case duplicate:
 		// Another attempt committed this key (or is committing it): answer from its record.
 		res, found, err := g.fromRecord(context.WithoutCancel(ctx), req)

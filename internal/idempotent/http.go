@@ -91,7 +91,7 @@ func writeResult(w http.ResponseWriter, r *http.Request, res Result, err error, 
 	if err != nil {
 		outcome := res.Outcome
 		if outcome == "" {
-			outcome = Executed
+			outcome = Failed
 		}
 		h.Set(HeaderOutcome, string(outcome))
 		if outcome == InProgress {

@@ -27,6 +27,9 @@ const (
 	Rejected Outcome = "rejected"
 	// Unavailable: Redis is down and ONCEPAY_REDIS_FAILURE_MODE=reject.
 	Unavailable Outcome = "unavailable"
+	// Failed: the attempt failed before it could answer (a database error, a lost lock);
+	// it was rolled back, nothing was stored, and a retry runs again.
+	Failed Outcome = "failed"
 )
 
 // Layer names the defense that produced an outcome, for metrics and logs.

@@ -104,6 +104,10 @@ func normalizeMySQLDSN(dsn string) (string, error) {
 	}
 	c.ParseTime = true
 	c.Loc = time.UTC
+	// Interpolate parameters client-side: without it every parameterised statement costs a
+	// prepare and a close round trip besides its execution, which doubled the price of the
+	// dedup record on every write.
+	c.InterpolateParams = true
 	if c.Params == nil {
 		c.Params = map[string]string{}
 	}
@@ -192,6 +196,13 @@ func Translate(err error) error {
 
 // IsDuplicateKey reports whether err is (or translates to) a unique-index violation.
 func IsDuplicateKey(err error) bool { return errors.Is(Translate(err), ErrDuplicateKey) }
+
+// IsLockWaitTimeout reports whether err is MySQL's lock wait timeout (1205): a statement
+// waited innodb_lock_wait_timeout for a row another transaction still holds.
+func IsLockWaitTimeout(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1205
+}
 
 // IsRetryable reports whether err is (or translates to) a transaction the database aborted.
 func IsRetryable(err error) bool { return errors.Is(Translate(err), ErrRetryable) }

@@ -47,7 +47,10 @@ func NewClient(addr string, db int) *redis.Client {
 		ReadTimeout:  500 * time.Millisecond,
 		WriteTimeout: 500 * time.Millisecond,
 		PoolSize:     64,
-		MaxRetries:   1,
+		// No retries: when Redis is down the layers step aside at once (degrade) instead of
+		// paying reconnect backoff on every call.
+		MaxRetries:    -1,
+		DialerRetries: 1,
 	})
 }
 
