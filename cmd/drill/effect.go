@@ -99,6 +99,46 @@ func (d *drill) orderOnNewSKU(ctx context.Context, rt routes, tag string, qty in
 	return s, o, err
 }
 
+// paidOrder is one unit ordered on a new SKU and paid with one notification, as read back
+// once paid: where the scenarios about what may still happen to a paid order (I5, I6) start.
+type paidOrder struct {
+	// before is the SKU's stock before the order.
+	before stock
+	// id is the order id; tradeNo and body are the notification that paid it.
+	id      string
+	tradeNo string
+	body    []byte
+	// t0 is when the payment was sent, the origin of the scenario's copy timings.
+	t0 time.Time
+	// order and stock are the order and the SKU's stock once paid.
+	order order
+	stock stock
+}
+
+// payNewOrder orders one unit on a new SKU tagged tag and pays it through rt's payment route,
+// recording the payment as a copy named path in out. The scenario cannot go on without a paid
+// order, so an order that is not PAID afterwards is an error.
+func (d *drill) payNewOrder(ctx context.Context, rt routes, tag, path string, out *outcome) (paidOrder, error) {
+	var p paidOrder
+	before, o, err := d.orderOnNewSKU(ctx, rt, tag, 1)
+	if err != nil {
+		return p, err
+	}
+	p.before, p.id = before, string(o.OrderID)
+	p.tradeNo, p.body = d.notification(p.id, o.Amount)
+	p.t0 = time.Now()
+	pay := d.c.fireHTTP(ctx, p.t0, path, d.notifyCall(rt.paymentNotify, p.body), nil)
+	out.copies = append(out.copies, pay)
+	if p.order, err = d.order(ctx, p.id); err != nil {
+		return p, err
+	}
+	if p.order.Status != "PAID" {
+		return p, fmt.Errorf("the order is %s after its %s answered %d %s; %s needs a paid order", p.order.Status, path, pay.Status, pay.Code, tag)
+	}
+	p.stock, err = d.stock(ctx, before.SKU)
+	return p, err
+}
+
 // orderBody is the body of POST /v1/orders for one item.
 func orderBody(sku string, qty int) []byte {
 	b, _ := json.Marshal(map[string]any{"items": []map[string]any{{"sku": sku, "quantity": qty}}})

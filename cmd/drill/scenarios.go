@@ -329,55 +329,39 @@ func (d *drill) slowPayment(ctx context.Context, rt routes) (outcome, error) {
 // transaction, so on the embedded SQLite the lab run does not queue behind oncepay's payments.
 func (d *drill) lateClose(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
-	sku, o, err := d.orderOnNewSKU(ctx, rt, "I5", 1)
-	if err != nil {
-		return out, err
-	}
-	id := string(o.OrderID)
-	_, body := d.notification(id, o.Amount)
-	t0 := time.Now()
-	pay := d.c.fireHTTP(ctx, t0, "payment", d.notifyCall(rt.paymentNotify, body), nil)
-	out.copies = append(out.copies, pay)
-	paid, err := d.order(ctx, id)
-	if err != nil {
-		return out, err
-	}
-	if paid.Status != "PAID" {
-		return out, fmt.Errorf("the order is %s after its payment answered %d %s; this half needs a paid order", paid.Status, pay.Status, pay.Code)
-	}
-	paidStock, err := d.stock(ctx, sku.SKU)
+	p, err := d.payNewOrder(ctx, rt, "I5", "payment", &out)
 	if err != nil {
 		return out, err
 	}
 	closeCall := call{method: http.MethodPost, path: "/v1/admin/jobs/close-expired-orders/run", bearer: d.cfg.AdminKey, requestID: d.requestID()}
 	label := "close job"
 	if rt.closeOrder != nil {
-		closeCall.path, label = rt.closeOrder(id), "late close"
+		closeCall.path, label = rt.closeOrder(p.id), "late close"
 	}
 	var job struct {
 		Closed int64 `json:"closed"`
 	}
-	closing := d.c.fireHTTP(ctx, t0, label, closeCall, &job)
+	closing := d.c.fireHTTP(ctx, p.t0, label, closeCall, &job)
 	out.copies = append(out.copies, closing)
 	if rt.closeOrder == nil && closing.Status != http.StatusOK {
 		return out, fmt.Errorf("%s answered %d %s, want 200", closeCall.route(), closing.Status, closing.Code)
 	}
-	final, err := d.order(ctx, id)
+	final, err := d.order(ctx, p.id)
 	if err != nil {
 		return out, err
 	}
-	after, err := d.stock(ctx, sku.SKU)
+	after, err := d.stock(ctx, p.before.SKU)
 	if err != nil {
 		return out, err
 	}
 	if final.Status != "PAID" {
 		out.effectf("the paid order is now %s", final.Status)
 	}
-	if delta := after.since(paidStock); delta != (stockDelta{}) {
+	if delta := after.since(p.stock); delta != (stockDelta{}) {
 		out.effectf("the close moved the paid order's stock: %s", delta)
 	}
 	out.expected = "order stays PAID; stock unchanged by the close"
-	out.observed = fmt.Sprintf("%s; stock %s", final.Status, after.since(paidStock))
+	out.observed = fmt.Sprintf("%s; stock %s", final.Status, after.since(p.stock))
 	out.held = fmt.Sprintf("paid order stayed PAID after the close job (which closed %d expired orders)", job.Closed)
 	if rt.closeOrder != nil {
 		out.held = "paid order stayed PAID after the late close"
@@ -470,22 +454,7 @@ func (d *drill) payAfterClose(ctx context.Context, rt routes) (outcome, error) {
 // must still find the order PAID and change nothing, through the state precondition alone.
 func (d *drill) purgeThenRedeliver(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
-	sku, o, err := d.orderOnNewSKU(ctx, rt, "I6", 1)
-	if err != nil {
-		return out, err
-	}
-	id := string(o.OrderID)
-	tradeNo, body := d.notification(id, o.Amount)
-	t0 := time.Now()
-	out.copies = append(out.copies, d.c.fireHTTP(ctx, t0, "first delivery", d.notifyCall(rt.paymentNotify, body), nil))
-	paid, err := d.order(ctx, id)
-	if err != nil {
-		return out, err
-	}
-	if paid.Status != "PAID" {
-		return out, fmt.Errorf("the order is %s after its first payment; I6 needs a paid order", paid.Status)
-	}
-	paidStock, err := d.stock(ctx, sku.SKU)
+	p, err := d.payNewOrder(ctx, rt, "I6", "first delivery", &out)
 	if err != nil {
 		return out, err
 	}
@@ -504,26 +473,26 @@ func (d *drill) purgeThenRedeliver(ctx context.Context, rt routes) (outcome, err
 		out.notef("the purge removed no dedup rows, so the redelivery may have met the row it was meant to miss")
 	}
 	shots := []shot{
-		d.notifyShot(0, "channel redelivery", rt.paymentNotify, body),
-		d.notifyShot(0, "gateway redelivery", rt.paymentNotify, body),
+		d.notifyShot(0, "channel redelivery", rt.paymentNotify, p.body),
+		d.notifyShot(0, "gateway redelivery", rt.paymentNotify, p.body),
 	}
 	if d.c.kafka != nil {
-		shots = append(shots, d.kafkaShot(0, "kafka redelivery", tradeNo, body), d.kafkaShot(0, "kafka redelivery", tradeNo, body))
+		shots = append(shots, d.kafkaShot(0, "kafka redelivery", p.tradeNo, p.body), d.kafkaShot(0, "kafka redelivery", p.tradeNo, p.body))
 	} else {
 		out.notef("Kafka path disabled (--kafka=): the redelivery went over HTTP only")
 	}
-	w := d.watchOrder(ctx, paid)
+	w := d.watchOrder(ctx, p.order)
 	redelivered := fireAll(ctx, shots)
 	d.awaitConsumed(ctx, redelivered, &out.findings)
 	out.copies = append(out.copies, redelivered...)
-	final, after, err := d.finalState(ctx, w, id, sku.SKU)
+	final, after, err := d.finalState(ctx, w, p.id, p.before.SKU)
 	if err != nil {
 		return out, err
 	}
 	checkNotifyAnswers(&out.findings, redelivered)
-	checkPaidOnce(&out.findings, w, final, after.since(sku), tradeNo)
-	out.expected = fmt.Sprintf("still PAID at %s; stock unchanged by the redelivery", paid.PaidAt)
-	out.observed = fmt.Sprintf("%s at %s; stock %s since the first payment", final.Status, final.PaidAt, after.since(paidStock))
+	checkPaidOnce(&out.findings, w, final, after.since(p.before), p.tradeNo)
+	out.expected = fmt.Sprintf("still PAID at %s; stock unchanged by the redelivery", p.order.PaidAt)
+	out.observed = fmt.Sprintf("%s at %s; stock %s since the first payment", final.Status, final.PaidAt, after.since(p.stock))
 	out.held = joinNonEmpty(fmt.Sprintf("still PAID once after purging %d dedup rows, sold unchanged", purge.Purged), stoppedSummary(redelivered))
 	return out, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -34,15 +35,12 @@ const testSecret = "test-channel-secret"
 // testConfig is the contract's defaults with the secrets and node id a test instance needs.
 func testConfig(t testing.TB, nodeID int64) config.Config {
 	t.Helper()
-	cfg, err := config.LoadFrom(func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("default config: %v", err)
-	}
-	cfg.SeedDemo = false
-	cfg.NodeID = nodeID
-	cfg.ChannelSecret = testSecret
-	cfg.AdminKey = "test-admin-key"
-	return cfg
+	return apptest.Config(t, func(cfg *config.Config) {
+		cfg.SeedDemo = false
+		cfg.NodeID = nodeID
+		cfg.ChannelSecret = testSecret
+		cfg.AdminKey = "test-admin-key"
+	})
 }
 
 // instance is one running oncepay: the real app behind an httptest server.
@@ -74,9 +72,9 @@ type env struct {
 // newEnv starts one instance on a fresh database, Redis and Kafka.
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	db := testenv.DB(t)
-	e := &env{t: t, db: db, users: account.NewUsers(db, testIDs(t))}
-	e.instances = []*instance{startInstance(t, 1, app.Deps{DB: db, Redis: testenv.Redis(t), Kafka: testenv.Kafka(t)})}
+	deps := apptest.NewDeps(t)
+	e := &env{t: t, db: deps.DB, users: account.NewUsers(deps.DB, testIDs(t))}
+	e.instances = []*instance{startInstance(t, 1, deps)}
 	return e
 }
 

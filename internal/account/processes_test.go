@@ -50,41 +50,7 @@ func TestThreeProcessesCreditOnce(t *testing.T) {
 	}
 	e.instances = []*instance{{url: urls[0]}}
 
-	const rounds = 20
-	var (
-		outcomes tally
-		want     int64
-	)
-	for round := range rounds {
-		amount := int64(3000 + round)
-		want += amount
-		id := e.createRecharge(key, amount)
-		n := account.Notification{Channel: channel, TradeNo: fmt.Sprintf("P-%d-%s", round, randHex(4)), OutTradeNo: id, Amount: amount, Status: "SUCCESS"}
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for _, url := range urls {
-			for range 2 {
-				wg.Go(func() {
-					<-start
-					r, seen := notifyUntilDone(t, url, n)
-					if r.Status != http.StatusOK {
-						t.Errorf("round %d: %s", round, r)
-					}
-					outcomes.add(seen...)
-				})
-			}
-		}
-		close(start)
-		wg.Wait()
-		creditedOnce(t, db, id, n.TradeNo)
-	}
-	t.Logf("%d rounds x 6 copies over 3 processes: outcomes %s", rounds, outcomes.String())
-	if got := outcomes.get("executed"); got != rounds {
-		t.Errorf("executed %d times over %d rounds, want once per round", got, rounds)
-	}
-	if got := invariant(t, db)[userID]; got != want {
-		t.Errorf("balance = %d, want %d", got, want)
-	}
+	e.creditRounds(userID, key, creditPlan{urls: urls, channel: channel, tradePrefix: "P", rounds: 20, copies: 2, base: 3000})
 }
 
 // buildOncepay compiles cmd/oncepay into a temporary directory.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -153,24 +154,50 @@ func TestThreeInstancesCreditOnce(t *testing.T) {
 	testenv.RequireMySQL(t)
 	e := newMultiEnv(t, 3)
 	userID, key := e.user("multi")
-	const rounds, copiesPerInstance = 30, 2
+	urls := make([]string, len(e.instances))
+	for i, in := range e.instances {
+		urls[i] = in.url
+	}
+	e.creditRounds(userID, key, creditPlan{urls: urls, channel: "unionpay", tradePrefix: "M", rounds: 30, copies: 2, base: 1000})
+}
 
+// creditPlan describes the rounds of an I2-across-servers test.
+type creditPlan struct {
+	// urls are the servers every copy of a notification is sent to.
+	urls []string
+	// channel and tradePrefix make each round's notification: a trade of channel numbered
+	// tradePrefix-round-random.
+	channel, tradePrefix string
+	// rounds is how many recharges are made; copies is how many copies of each notification
+	// every server gets at once.
+	rounds, copies int
+	// base is the amount of the first recharge; each round adds 1.
+	base int64
+}
+
+// creditRounds runs the rounds of c for the user with userID and key: each round creates a
+// recharge and sends its success notification c.copies times to every server at once, and
+// every recharge must be credited once. At the end one copy per round must have executed, and
+// the balance must be the sum of the recharges.
+func (e *env) creditRounds(userID int64, key string, c creditPlan) {
+	t := e.t
+	t.Helper()
 	var (
 		outcomes tally
 		want     int64
 	)
-	for round := range rounds {
-		amount := int64(1000 + round)
+	for round := range c.rounds {
+		amount := c.base + int64(round)
 		want += amount
 		id := e.createRecharge(key, amount)
-		n := account.Notification{Channel: "unionpay", TradeNo: fmt.Sprintf("M-%d-%s", round, randHex(4)), OutTradeNo: id, Amount: amount, Status: "SUCCESS"}
+		n := account.Notification{Channel: c.channel, TradeNo: fmt.Sprintf("%s-%d-%s", c.tradePrefix, round, randHex(4)), OutTradeNo: id, Amount: amount, Status: "SUCCESS"}
 		start := make(chan struct{})
 		var wg sync.WaitGroup
-		for _, in := range e.instances {
-			for range copiesPerInstance {
+		for _, url := range c.urls {
+			for range c.copies {
 				wg.Go(func() {
 					<-start
-					r, seen := notifyUntilDone(t, in.url, n)
+					r, seen := notifyUntilDone(t, url, n)
 					if r.Status != http.StatusOK {
 						t.Errorf("round %d: %s", round, r)
 					}
@@ -182,9 +209,9 @@ func TestThreeInstancesCreditOnce(t *testing.T) {
 		wg.Wait()
 		creditedOnce(t, e.db, id, n.TradeNo)
 	}
-	t.Logf("%d rounds x %d copies: outcomes %s", rounds, 3*copiesPerInstance, outcomes.String())
-	if got := outcomes.get("executed"); got != rounds {
-		t.Errorf("executed %d times over %d rounds, want once per round", got, rounds)
+	t.Logf("%d rounds x %d copies over %d servers: outcomes %s", c.rounds, c.copies*len(c.urls), len(c.urls), outcomes.String())
+	if got := outcomes.get("executed"); got != c.rounds {
+		t.Errorf("executed %d times over %d rounds, want once per round", got, c.rounds)
 	}
 	if got := invariant(t, e.db)[userID]; got != want {
 		t.Errorf("balance = %d, want %d", got, want)
@@ -224,7 +251,7 @@ func TestManyRechargesKeepTheInvariant(t *testing.T) {
 		}}
 		want[payers[i%users].id] += jobs[i].n.Amount
 	}
-	parallel(workers, len(jobs), func(i int) {
+	apptest.Parallel(workers, len(jobs), func(i int) {
 		p := payers[jobs[i].payer]
 		r := send(t, http.MethodPost, url+"/v1/recharges", fmt.Appendf(nil, `{"amount":%d}`, jobs[i].n.Amount),
 			"Authorization", "Bearer "+p.key, "Idempotency-Key", fmt.Sprintf("bulk-%d", i))
@@ -247,7 +274,7 @@ func TestManyRechargesKeepTheInvariant(t *testing.T) {
 	rand.Shuffle(len(copies), func(i, j int) { copies[i], copies[j] = copies[j], copies[i] })
 	var outcomes tally
 	began := time.Now()
-	parallel(workers, len(copies), func(i int) {
+	apptest.Parallel(workers, len(copies), func(i int) {
 		r, seen := notifyUntilDone(t, url, copies[i])
 		if r.Status != http.StatusOK {
 			t.Errorf("notify %s: %s", copies[i].OutTradeNo, r)
@@ -271,24 +298,6 @@ func TestManyRechargesKeepTheInvariant(t *testing.T) {
 			t.Errorf("recharge %d is %s", id, st)
 		}
 	}
-}
-
-// parallel runs fn(0..n-1) on workers goroutines.
-func parallel(workers, n int, fn func(i int)) {
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				fn(i)
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
 }
 
 // TestRechargeBadInput sends each bad request and checks its answer and that the business

@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
@@ -29,24 +30,14 @@ const (
 	adminKey = "test-admin-key"
 )
 
-// testConfig is the configuration every test starts from: the defaults, with demo data.
+// testConfig is the configuration every test starts from: apptest's defaults, with demo data,
+// and with an admin key and channel secret that are not the dev defaults.
 func testConfig(t *testing.T) config.Config {
 	t.Helper()
-	cfg, err := config.LoadFrom(func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("default configuration: %v", err)
-	}
-	cfg.DataDir = t.TempDir()
-	cfg.SeedDemo = true
-	cfg.AdminKey = adminKey
-	cfg.ChannelSecret = "test-channel-secret"
-	return cfg
-}
-
-// deps are one test's own database, Redis and Kafka.
-func deps(t *testing.T) app.Deps {
-	t.Helper()
-	return app.Deps{DB: testenv.DB(t), Redis: testenv.Redis(t), Kafka: testenv.Kafka(t)}
+	return apptest.Config(t, func(cfg *config.Config) {
+		cfg.AdminKey = adminKey
+		cfg.ChannelSecret = "test-channel-secret"
+	})
 }
 
 // newApp builds an instance on d. It does not call Close: the dependencies belong to the
@@ -63,7 +54,7 @@ func newApp(t *testing.T, d app.Deps) *app.App {
 // newServer serves a fresh instance's handler over real HTTP.
 func newServer(t *testing.T) (*app.App, *httptest.Server) {
 	t.Helper()
-	a := newApp(t, deps(t))
+	a := newApp(t, apptest.NewDeps(t))
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
 	return a, srv
@@ -238,7 +229,7 @@ func getInventory(t *testing.T, base, sku string) inventoryView {
 // TestSeedIsIdempotent starts two instances on one database, as a restart or a second
 // instance would, and checks that the demo data exists once.
 func TestSeedIsIdempotent(t *testing.T) {
-	d := deps(t)
+	d := apptest.NewDeps(t)
 	newApp(t, d)
 	newApp(t, d)
 	counts := []struct {
@@ -334,7 +325,7 @@ func waitReady(t *testing.T, url string) readyzBody {
 
 // TestReadyz runs an instance and checks that it becomes ready, naming each dependency.
 func TestReadyz(t *testing.T) {
-	r := run(t, newApp(t, deps(t)))
+	r := run(t, newApp(t, apptest.NewDeps(t)))
 	got := waitReady(t, r.url)
 	if got.Status != "ready" {
 		t.Errorf("status %q, want ready", got.Status)
@@ -361,7 +352,7 @@ func TestReadyzWithRedisDown(t *testing.T) {
 		t.Run(string(tt.mode), func(t *testing.T) {
 			cfg := testConfig(t)
 			cfg.RedisFailureMode = tt.mode
-			d := deps(t)
+			d := apptest.NewDeps(t)
 			d.Redis = &redisx.Conn{Client: testenv.Unreachable(t)}
 			a, err := app.New(context.Background(), cfg, d)
 			if err != nil {
@@ -379,7 +370,7 @@ func TestReadyzWithRedisDown(t *testing.T) {
 // the request still gets its answer, that Run returns nil promptly, and that the listener is
 // closed afterwards. The in-flight request is a /readyz whose Redis PING a proxy holds back.
 func TestGracefulShutdown(t *testing.T) {
-	d := deps(t)
+	d := apptest.NewDeps(t)
 	proxy := newSlowProxy(t, d.Redis.Client.Options().Addr)
 	d.Redis = &redisx.Conn{Client: redisx.NewClient(proxy.addr, d.Redis.Client.Options().DB)}
 	t.Cleanup(func() { _ = d.Redis.Client.Close() })

@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"gopkg.in/yaml.v3"
+
+	"github.com/oncepay/oncepay/internal/app/apptest"
 )
 
 // specPath is api/openapi.yaml, relative to this package's directory (go test runs there).
@@ -79,7 +81,7 @@ func (s spec) routes() map[string]bool {
 // that is how the spec names it.
 func servedRoutes(t *testing.T) map[string]bool {
 	t.Helper()
-	a := newApp(t, deps(t))
+	a := newApp(t, apptest.NewDeps(t))
 	mux, ok := a.Handler().(chi.Routes)
 	if !ok {
 		t.Fatalf("a.Handler() is a %T, not a chi router", a.Handler())

@@ -179,7 +179,7 @@ func TestCloseRacesPayment(t *testing.T) {
 		}
 		orders[i].pay = i%2 == 0
 	}
-	parallel(8, n, func(i int) {
+	apptest.Parallel(8, n, func(i int) {
 		orders[i].answer = s.PostOrder(apptest.AliceKey, apptest.Key("race", i), orders[i].items...)
 	})
 	for i := range orders {
@@ -295,22 +295,4 @@ func TestCloseRacesPayment(t *testing.T) {
 	if p, c := apptest.CountEvents(evs, "order.paid"), apptest.CountEvents(evs, "order.closed"); int64(p) != paid || int64(c) != closedOrders {
 		t.Errorf("outbox holds %d order.paid and %d order.closed, want %d and %d", p, c, paid, closedOrders)
 	}
-}
-
-// parallel runs fn(0..n-1) on workers goroutines and waits for them.
-func parallel(workers, n int, fn func(i int)) {
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				fn(i)
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
 }

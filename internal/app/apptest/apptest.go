@@ -311,5 +311,24 @@ func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() (
 	}
 }
 
+// Parallel runs fn(0..n-1) on workers goroutines and waits for them: a storm with a bounded
+// number of requests in flight.
+func Parallel(workers, n int, fn func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				fn(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
 // sleepBrief is the pause between two polls or retries.
 func sleepBrief() { time.Sleep(20 * time.Millisecond) }
