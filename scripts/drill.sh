@@ -17,8 +17,8 @@ export ONCEPAY_LAB=true
 # at +5.5 s, after a fixed 5 s lease has run out, so the delay must outlast both: then the
 # retry meets a payment still at work, which the lab's lock (5 s, never renewed; its own work
 # takes the article's 8 s) lets through and oncepay's must not. 6 s and not the article's
-# 8 s, because the delay slows every payment of every scenario: on the embedded SQLite a
-# slowed payment holds the only write lock, so those payments take turns (drill --payments).
+# 8 s, because the delay slows every payment of every scenario. It is slept under the lock but
+# before the payment's transaction begins, so slowed payments run side by side even on SQLite.
 export ONCEPAY_CHAOS_PAYMENT_DELAY="${ONCEPAY_CHAOS_PAYMENT_DELAY:-6s}"
 # I4: oncepay's own lock gets the lab's 5 s lease (instead of the 30 s default, which a 6 s
 # payment never outlives), so that what holds off the +5.5 s retry is the watchdog renewing

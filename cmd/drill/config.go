@@ -110,7 +110,7 @@ func parseConfig(args []string, lookup func(string) (string, bool), stderr io.Wr
 	fs.BoolVar(&cfg.JSON, "json", false, "print a JSON document instead of the table")
 	fs.StringVar(&cfg.HTML, "html", "", "also write a self-contained HTML report, with a timeline of every copy, to this file")
 	fs.BoolVar(&cfg.Serial, "serial", false, "run one scenario at a time instead of all at once (slower; per-scenario metrics)")
-	fs.IntVar(&cfg.Payments, "payments", 1, "how many scenarios that pay through oncepay may run at once, 0 = no limit: 1 for the embedded SQLite, 0 for MySQL")
+	fs.IntVar(&cfg.Payments, "payments", 0, "how many scenarios that pay through oncepay may run at once, 0 = no limit")
 	fs.StringVar(&lab, "lab", string(labAuto), "run the lab scenarios: auto (when GET /lab/ answers non-404), on or off")
 	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "how long, at most, to wait for the Kafka copies to be consumed")
 	fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "how long, at most, to wait for GET /readyz to answer 200")

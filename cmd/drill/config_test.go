@@ -23,7 +23,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	want := config{
 		URL: "http://localhost:8080", UserKey: "demo-alice-key", OtherUserKey: "demo-bob-key",
 		AdminKey: "dev-admin-key", ChannelSecret: "dev-channel-secret", Kafka: []string{"127.0.0.1:19092"},
-		Lab: labAuto, Settle: 30 * time.Second, Wait: 10 * time.Second, Payments: 1,
+		Lab: labAuto, Settle: 30 * time.Second, Wait: 10 * time.Second, Payments: 0,
 	}
 	if !equalConfig(cfg, want) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)

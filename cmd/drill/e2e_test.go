@@ -72,10 +72,6 @@ func TestDrillAgainstTheRealApp(t *testing.T) {
 
 	args := []string{"--url", "http://" + ln.Addr().String(), "--kafka", strings.Join(a.Kafka.Brokers, ","),
 		"--lab", "on", "--json", "--wait", "30s"}
-	if testenv.UsingMySQL() {
-		// Row locks: the slowed payments need not take turns as they must on SQLite.
-		args = append(args, "--payments=0")
-	}
 	drillCtx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var out, progress bytes.Buffer

@@ -132,6 +132,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		LockTTL:            cfg.LockTTL,
 		Retention:          cfg.DedupRetention,
 		RejectWithoutRedis: cfg.RedisFailureMode == config.RedisReject,
+		BeforeWork:         chaosDelay(cfg.ChaosPaymentDelay, payment.BizType),
 	}, a.Registry)
 
 	// Domain stores and services.
@@ -142,7 +143,6 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	events := outbox.NewWriter(a.DB, a.IDs)
 	a.orders = order.NewService(a.DB, a.IDs, inventory.NewMovements(a.inventory, a.IDs), events, cfg.OrderTTL)
 	a.payments = payment.NewService(a.DB, a.IDs, a.orders, a.anomalies)
-	a.payments.ChaosDelay = cfg.ChaosPaymentDelay
 
 	// Background loops: the payment notifications consumer (I1), the outbox relay, and the
 	// scheduled jobs (I5, I6), each stopped and drained by Run on shutdown.
@@ -233,5 +233,25 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 func (a *App) Close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		_ = a.closers[i]()
+	}
+}
+
+// chaosDelay is ONCEPAY_CHAOS_PAYMENT_DELAY, a fault for drills: every payment notification
+// sleeps d while it holds its lock, before its transaction begins, so that the watchdog's
+// renewals (I4) can be watched. Zero means no hook.
+func chaosDelay(d time.Duration, bizType string) func(ctx context.Context, k idempotent.Key) error {
+	if d <= 0 {
+		return nil
+	}
+	return func(ctx context.Context, k idempotent.Key) error {
+		if k.BizType != bizType {
+			return nil
+		}
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
 }

@@ -42,6 +42,11 @@ type Config struct {
 	NoWatchdog bool
 	// NoCache turns the replay cache off.
 	NoCache bool
+	// BeforeWork, when set, runs after the lock is taken and before the dedup transaction
+	// begins; an error from it ends the attempt with nothing stored. oncepay uses it for
+	// ONCEPAY_CHAOS_PAYMENT_DELAY: a slow upstream held under the lock (I4) without holding a
+	// database transaction open.
+	BeforeWork func(ctx context.Context, k Key) error
 }
 
 func (c Config) withDefaults() Config {
@@ -155,6 +160,12 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		default:
 			defer l.release()
 			workCtx = l.ctx
+		}
+	}
+
+	if g.cfg.BeforeWork != nil {
+		if err := g.cfg.BeforeWork(workCtx, req.Key); err != nil {
+			return Result{}, err
 		}
 	}
 

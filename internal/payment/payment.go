@@ -114,8 +114,6 @@ type Service struct {
 	ids       *ids.Generator
 	orders    *order.Service
 	anomalies *anomaly.Recorder
-	// ChaosDelay is a drill-only fault: sleep this long inside Apply while holding the lock.
-	ChaosDelay time.Duration
 }
 
 // NewService returns the payment service.
@@ -130,13 +128,6 @@ func NewService(db *gorm.DB, gen *ids.Generator, orders *order.Service, anomalie
 func (s *Service) Apply(ctx context.Context, n Notification) (Result, error) {
 	if n.Status != StatusSuccess {
 		return Ignored, nil
-	}
-	if s.ChaosDelay > 0 {
-		select {
-		case <-time.After(s.ChaosDelay):
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
 	}
 	orderID, ok := ids.Parse(n.OutTradeNo)
 	if !ok {
