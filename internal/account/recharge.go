@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -251,12 +250,12 @@ func (s *Recharges) markSucceeded(tx *gorm.DB, id int64, n Notification) (bool, 
 	return res.RowsAffected == 1, nil
 }
 
-// lockRecharge reads the recharge as it stands now. It is a locking read on purpose: under
-// REPEATABLE READ a plain SELECT may answer from a snapshot older than the copy that just
-// won the row, and see PENDING where the UPDATE saw SUCCEEDED.
+// lockRecharge reads the recharge as it stands now. It is a locking read on purpose
+// (database.ForUpdate): under REPEATABLE READ a plain SELECT may answer from a snapshot older
+// than the copy that just won the row, and see PENDING where the UPDATE saw SUCCEEDED.
 func lockRecharge(tx *gorm.DB, id int64) (Recharge, error) {
 	var rc Recharge
-	err := tx.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate}).Where("id = ?", id).Take(&rc).Error
+	err := database.ForUpdate(tx).Where("id = ?", id).Take(&rc).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return Recharge{}, ErrRechargeNotFound
 	}
