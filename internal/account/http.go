@@ -1,12 +1,15 @@
 package account
 
 import (
-	"encoding/json"
+	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -52,30 +55,27 @@ type AccountView struct {
 type Handler struct {
 	recharges *Recharges
 	users     *Users
-	guard     *idempotent.Guard
+	idem      *idemhttp.Adapter
 	secret    string
 }
 
-// NewHandler returns the account HTTP handler: users authenticate callers, guard makes the
+// NewHandler returns the account HTTP handler: users authenticate callers, idem makes the
 // writes exactly-once, and secret checks the channels' signatures.
-func NewHandler(recharges *Recharges, users *Users, guard *idempotent.Guard, secret string) *Handler {
-	return &Handler{recharges: recharges, users: users, guard: guard, secret: secret}
+func NewHandler(recharges *Recharges, users *Users, idem *idemhttp.Adapter, secret string) *Handler {
+	return &Handler{recharges: recharges, users: users, idem: idem, secret: secret}
 }
 
-// RechargeRoutes serves the recharge routes, mounted at /v1/recharges. Each chain reads top
-// to bottom:
+// RechargeRoutes serves the recharge routes, mounted at /v1/recharges:
 //
-//   - POST /notify: the channel's signature on the raw body, then the idempotency layers keyed
-//     by channel + trade_no (NotifyKey), then Recharges.Notify inside the dedup transaction,
-//     where the state precondition and the ledger's unique key hold (I2);
-//   - POST /: the user, then the idempotency layers keyed by the caller's Idempotency-Key;
+//   - POST /notify: the channel's signature on the raw body, then notify;
+//   - POST /: the user, then createRecharge;
 //   - GET /{recharge_id}: the user; reading is naturally idempotent.
 func (h *Handler) RechargeRoutes() chi.Router {
 	r := chi.NewRouter()
-	r.With(web.RequireSignature(h.secret), h.guard.Middleware(NotifyKey)).Post("/notify", h.notify)
+	r.With(web.RequireSignature(h.secret)).Post("/notify", h.notify)
 	r.Group(func(r chi.Router) {
 		r.Use(web.RequireUser(h.users))
-		r.With(h.guard.Middleware(idempotent.HeaderKeyFunc("recharge.create", web.UserScope))).Post("/", h.createRecharge)
+		r.Post("/", h.createRecharge)
 		r.Get("/{recharge_id}", h.getRecharge)
 	})
 	return r
@@ -88,53 +88,53 @@ func (h *Handler) AccountRoutes() chi.Router {
 	return r
 }
 
-// NotifyKey is the idempotency KeyFunc of POST /v1/recharges/notify: the channel's own
-// business key, channel + trade_no, never a header or a request id, so that every copy of one
-// payment (channel retry, gateway retry, redelivery) converges on one dedup record (I1, I2).
+// NotifyKey is the idempotency key of a recharge notification: the channel's own business
+// key, channel + trade_no, never a header or a request id, so that every copy of one payment
+// (channel retry, gateway retry, redelivery) converges on one dedup record (I1, I2).
 //
 // A notification whose status is not SUCCESS is keyed apart (trade_no#STATUS): it changes
 // nothing, and keyed on trade_no alone its stored answer would make the later SUCCESS of the
 // same trade_no a key reused with another body (422) — a payment never credited.
-func NotifyKey(r *http.Request, body []byte) (idempotent.Key, error) {
-	var n Notification
-	if err := json.Unmarshal(body, &n); err != nil {
-		return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("invalid JSON body: %v", err)
-	}
-	if n.Channel == "" || len(n.Channel) > 64 || n.TradeNo == "" || len(n.TradeNo) > 128 || len(n.Status) > 32 {
-		return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("channel (1..64 characters) and trade_no (1..128) are required")
-	}
+func (n Notification) NotifyKey() idempotent.Key {
 	key := idempotent.Key{Scope: "channel:" + n.Channel, BizType: "recharge.notify", BizKey: n.TradeNo}
 	if n.Status != ChannelStatusSuccess {
 		key.BizKey += "#" + n.Status
 	}
-	return key, nil
+	return key
 }
 
-// createRecharge serves POST /v1/recharges {"amount":N}: 201 with the PENDING recharge.
+// createRecharge serves POST /v1/recharges {"amount":N}: 201 with the PENDING recharge. The
+// key and the body are checked first; a bad one stores nothing.
 func (h *Handler) createRecharge(w http.ResponseWriter, r *http.Request) {
-	userID, ok := web.UserID(r.Context())
-	if !ok {
-		web.WriteError(w, r, apperr.ErrUnauthorized)
+	key, err := idemhttp.UserKey(r)
+	if err != nil {
+		idemhttp.Reject(w, r, err)
+		return
+	}
+	body, err := web.ReadBody(r)
+	if err != nil {
+		idemhttp.Reject(w, r, err)
 		return
 	}
 	var req struct {
 		Amount *int64 `json:"amount"`
 	}
-	if err := web.Decode(r, &req); err != nil {
-		web.WriteError(w, r, err)
+	if err := web.DecodeBytes(body, &req); err != nil {
+		idemhttp.Reject(w, r, err)
 		return
 	}
-	if req.Amount == nil {
-		web.WriteError(w, r, ErrInvalidAmount)
+	if req.Amount == nil || *req.Amount < 1 || *req.Amount > MaxAmount {
+		idemhttp.Reject(w, r, ErrInvalidAmount)
 		return
 	}
-	rc, err := h.recharges.Create(r.Context(), userID, *req.Amount)
-	if err != nil {
-		web.WriteError(w, r, err)
-		return
-	}
-	w.Header().Set("Location", "/v1/recharges/"+ids.Format(rc.ID))
-	web.WriteJSON(w, http.StatusCreated, rechargeView(rc))
+	userID, _ := web.UserID(r.Context())
+	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		rc, err := h.recharges.Create(ctx, tx, userID, *req.Amount)
+		if err != nil {
+			return idempotent.Response{}, err
+		}
+		return idemhttp.JSON(http.StatusCreated, rechargeView(rc), "Location", "/v1/recharges/"+ids.Format(rc.ID)), nil
+	})
 }
 
 // getRecharge serves GET /v1/recharges/{recharge_id}. An unknown, malformed or another
@@ -158,29 +158,48 @@ func (h *Handler) getRecharge(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, rechargeView(rc))
 }
 
-// notify serves POST /v1/recharges/notify, a channel's signed notification: 200
-// {"result":"success"} for a success, a duplicate, or a status that is not SUCCESS. When the
-// recharge had already moved on, the answer carries Idempotency-Outcome: state_rejected, so
-// that a drill can tell the state precondition answered.
+// notify serves POST /v1/recharges/notify, a channel's signed notification, validated
+// completely before its key is claimed, so that a malformed copy stores nothing and the
+// correct one still credits. The answer is 200 {"result":"success"} for a success, a
+// duplicate, or a status that is not SUCCESS; when the recharge had already moved on it
+// carries Idempotency-Outcome: state_rejected.
 func (h *Handler) notify(w http.ResponseWriter, r *http.Request) {
+	body, err := web.ReadBody(r)
+	if err != nil {
+		idemhttp.Reject(w, r, err)
+		return
+	}
 	var n Notification
-	if err := web.Decode(r, &n); err != nil {
-		web.WriteError(w, r, err)
+	if err := web.DecodeBytes(body, &n); err != nil {
+		idemhttp.Reject(w, r, err)
 		return
 	}
 	if err := n.Validate(); err != nil {
-		web.WriteError(w, r, err)
+		idemhttp.Reject(w, r, err)
 		return
 	}
-	outcome, err := h.recharges.Notify(r.Context(), n)
-	if err != nil {
-		web.WriteError(w, r, err)
-		return
+	_, _ = h.idem.Do(w, r, n.NotifyKey(), body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		outcome, err := h.recharges.Notify(ctx, tx, n)
+		return answer(ctx, outcome, err)
+	})
+}
+
+// answer turns the outcome of Notify into the channel's answer: success (marked
+// state_rejected when the recharge had moved on), a 400 amount_mismatch committed with its
+// anomaly, or the error for the guard to store (4xx) or not (anything else).
+func answer(ctx context.Context, outcome NotifyOutcome, err error) (idempotent.Response, error) {
+	switch {
+	case err == nil:
+		resp := idemhttp.JSON(http.StatusOK, map[string]string{"result": "success"})
+		if outcome.StateRejected() {
+			resp.Header[idemhttp.HeaderOutcome] = string(idempotent.StateRejected)
+		}
+		return resp, nil
+	case errors.Is(err, ErrAmountMismatch):
+		resp, _ := idemhttp.StoredProblem(ctx, err)
+		return resp, nil
 	}
-	if outcome.StateRejected() {
-		w.Header().Set(idempotent.HeaderOutcome, string(idempotent.StateRejected))
-	}
-	web.WriteJSON(w, http.StatusOK, map[string]string{"result": "success"})
+	return idempotent.Response{}, err
 }
 
 // me serves GET /v1/accounts/me: the caller's balance. Reading is naturally idempotent.

@@ -48,40 +48,38 @@ type Ledger struct {
 // NewLedger returns the ledger on db.
 func NewLedger(db *gorm.DB, gen *ids.Generator) *Ledger { return &Ledger{db: db, ids: gen} }
 
-// Credit adds amount to the user's balance for the business fact (bizType, bizID) and
-// returns the ledger row. It joins the transaction ctx carries, as a savepoint, so that a
-// second credit of the same fact rolls back its own balance update and returns
-// ErrAlreadyCredited without disturbing the caller's transaction.
+// Credit adds amount to the user's balance for the business fact (bizType, bizID) in tx and
+// returns the ledger row. A second credit of the same fact is refused by the ledger's unique
+// (biz_type, biz_id) — the last line against I2 — with ErrAlreadyCredited, after the balance
+// update: the caller's transaction must then roll back, which undoes it.
 //
 // The balance is updated in place (balance = balance + ?), never read-modified-written, so
 // two credits of different facts cannot overwrite each other; the row lock it takes is held
 // until commit, which makes balance_after exact.
-func (l *Ledger) Credit(ctx context.Context, userID, amount int64, bizType, bizID string) (Entry, error) {
+func (l *Ledger) Credit(ctx context.Context, tx *gorm.DB, userID, amount int64, bizType, bizID string) (Entry, error) {
+	tx = tx.WithContext(ctx)
 	e := Entry{ID: l.ids.Next(), UserID: userID, BizType: bizType, BizID: bizID, Amount: amount}
-	err := database.Transaction(ctx, l.db, func(ctx context.Context, tx *gorm.DB) error {
-		now := time.Now().UTC()
-		res := tx.Model(&Account{}).Where("user_id = ?", userID).Updates(map[string]any{
-			"balance":    gorm.Expr("balance + ?", amount),
-			"version":    gorm.Expr("version + 1"),
-			"updated_at": now,
-		})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected != 1 {
-			return fmt.Errorf("%w: user %d", errNoAccount, userID)
-		}
-		// Our own update is visible to us and the row stays locked until commit.
-		if err := tx.Model(&Account{}).Select("balance").Where("user_id = ?", userID).Scan(&e.BalanceAfter).Error; err != nil {
-			return err
-		}
-		e.CreatedAt = now
-		err := database.Translate(tx.Create(&e).Error)
-		if errors.Is(err, database.ErrDuplicateKey) {
-			return fmt.Errorf("%w: %s %s", ErrAlreadyCredited, bizType, bizID)
-		}
-		return err
+	now := time.Now().UTC()
+	res := tx.Model(&Account{}).Where("user_id = ?", userID).Updates(map[string]any{
+		"balance":    gorm.Expr("balance + ?", amount),
+		"version":    gorm.Expr("version + 1"),
+		"updated_at": now,
 	})
+	if res.Error != nil {
+		return Entry{}, res.Error
+	}
+	if res.RowsAffected != 1 {
+		return Entry{}, fmt.Errorf("%w: user %d", errNoAccount, userID)
+	}
+	// Our own update is visible to us and the row stays locked until commit.
+	if err := tx.Model(&Account{}).Select("balance").Where("user_id = ?", userID).Scan(&e.BalanceAfter).Error; err != nil {
+		return Entry{}, err
+	}
+	e.CreatedAt = now
+	err := database.Translate(tx.Create(&e).Error)
+	if errors.Is(err, database.ErrDuplicateKey) {
+		return Entry{}, fmt.Errorf("%w: %s %s", ErrAlreadyCredited, bizType, bizID)
+	}
 	if err != nil {
 		return Entry{}, err
 	}
@@ -91,7 +89,7 @@ func (l *Ledger) Credit(ctx context.Context, userID, amount int64, bizType, bizI
 // Balance returns the user's balance; a user without an accounts row has 0.
 func (l *Ledger) Balance(ctx context.Context, userID int64) (int64, error) {
 	var acct Account
-	err := database.Conn(ctx, l.db).Where("user_id = ?", userID).Take(&acct).Error
+	err := l.db.WithContext(ctx).Where("user_id = ?", userID).Take(&acct).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return 0, nil
 	}

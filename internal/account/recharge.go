@@ -143,15 +143,15 @@ func NewRecharges(db *gorm.DB, gen *ids.Generator, ledger *Ledger, anomalies *an
 // Ledger is the ledger the recharges credit.
 func (s *Recharges) Ledger() *Ledger { return s.ledger }
 
-// Create records a PENDING recharge of amount cents for userID, in the transaction ctx
-// carries (the idempotency layer's, so that a retried POST returns this same recharge).
-func (s *Recharges) Create(ctx context.Context, userID, amount int64) (Recharge, error) {
+// Create records a PENDING recharge of amount cents for userID in tx (the guard's, so that
+// a retried POST returns this same recharge).
+func (s *Recharges) Create(ctx context.Context, tx *gorm.DB, userID, amount int64) (Recharge, error) {
 	if amount < 1 || amount > MaxAmount {
 		return Recharge{}, ErrInvalidAmount
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	rc := Recharge{ID: s.ids.Next(), UserID: userID, Amount: amount, Status: RechargePending, CreatedAt: now, UpdatedAt: now}
-	if err := database.Conn(ctx, s.db).Create(&rc).Error; err != nil {
+	if err := tx.WithContext(ctx).Create(&rc).Error; err != nil {
 		return Recharge{}, err
 	}
 	return rc, nil
@@ -160,24 +160,22 @@ func (s *Recharges) Create(ctx context.Context, userID, amount int64) (Recharge,
 // Get returns the user's recharge id; another user's recharge is ErrRechargeNotFound.
 func (s *Recharges) Get(ctx context.Context, userID, id int64) (Recharge, error) {
 	var rc Recharge
-	err := database.Conn(ctx, s.db).Where("id = ? AND user_id = ?", id, userID).Take(&rc).Error
+	err := s.db.WithContext(ctx).Where("id = ? AND user_id = ?", id, userID).Take(&rc).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return Recharge{}, ErrRechargeNotFound
 	}
 	return rc, err
 }
 
-// Notify applies a channel's notification about a recharge: a success moves it PENDING →
-// SUCCEEDED and credits the balance, exactly once however many copies arrive and however
-// concurrently. This is the defense against I2, where two concurrent callbacks both read
-// "pending" and the top-up was credited twice.
+// Notify applies a channel's notification about a recharge in tx: a success moves it
+// PENDING → SUCCEEDED and credits the balance, exactly once however many copies arrive and
+// however concurrently. This is the defense against I2, where two concurrent callbacks both
+// read "pending" and the top-up was credited twice.
 //
-// It runs in the transaction ctx carries — the idempotency layer's, whose dedup record on
-// channel + trade_no was inserted first (I3) — inside a savepoint of its own, so that a
-// rejected notification undoes its own writes and nothing else. Its anomalies are recorded
-// after the savepoint, in the outer transaction, because they must commit with the answer
-// even when the answer is amount_mismatch.
-func (s *Recharges) Notify(ctx context.Context, n Notification) (NotifyOutcome, error) {
+// tx is the guard's transaction, whose dedup record on channel + trade_no commits with the
+// credit (I3). A rejected notification records its anomaly in tx and returns its error: an
+// amount mismatch is answered 400 and committed with its anomaly (see Answer).
+func (s *Recharges) Notify(ctx context.Context, tx *gorm.DB, n Notification) (NotifyOutcome, error) {
 	if n.Status != ChannelStatusSuccess {
 		return NotifyIgnored, nil
 	}
@@ -185,45 +183,35 @@ func (s *Recharges) Notify(ctx context.Context, n Notification) (NotifyOutcome, 
 	if !ok {
 		return "", ErrRechargeNotFound
 	}
-	var (
-		outcome NotifyOutcome
-		found   *anomaly.Anomaly
-	)
-	err := database.Transaction(ctx, s.db, func(ctx context.Context, tx *gorm.DB) error {
-		// 1. The state precondition (I2): PENDING → SUCCEEDED for the amount asked, in one
-		//    conditional UPDATE. The database serializes copies on the row, so only one of
-		//    them can match; rows affected decides, never a SELECT made before it.
-		moved, err := s.markSucceeded(tx, id, n)
-		if err != nil {
-			return err
+	tx = tx.WithContext(ctx)
+	// 1. The state precondition (I2): PENDING → SUCCEEDED for the amount asked, in one
+	//    conditional UPDATE. The database serializes copies on the row, so only one of them
+	//    can match; rows affected decides, never a SELECT made before it.
+	moved, err := s.markSucceeded(tx, id, n)
+	if err != nil {
+		return "", err
+	}
+	rc, err := lockRecharge(tx, id)
+	if err != nil {
+		return "", err
+	}
+	if moved {
+		// 2. Credit once: the balance in place, plus the ledger row whose unique
+		//    (biz_type, biz_id) is the last line should anything get past step 1.
+		_, err := s.ledger.Credit(ctx, tx, rc.UserID, rc.Amount, BizTypeRecharge, ids.Format(rc.ID))
+		if errors.Is(err, ErrAlreadyCredited) {
+			slog.ErrorContext(ctx, "recharge: the ledger's unique key caught a second credit (I2)",
+				"recharge_id", n.OutTradeNo, "channel", n.Channel, "trade_no", n.TradeNo, "err", err)
 		}
-		rc, err := lockRecharge(tx, id)
-		if err != nil {
-			return err
-		}
-		if moved {
-			// 2. Credit once: the balance in place, plus the ledger row whose unique
-			//    (biz_type, biz_id) is the last line should anything get past step 1.
-			outcome = NotifyCredited
-			_, err := s.ledger.Credit(ctx, rc.UserID, rc.Amount, BizTypeRecharge, ids.Format(rc.ID))
-			return err
-		}
-		// 3. No row matched: the recharge is for another amount, or has moved on.
-		outcome, found, err = rejection(rc, n)
-		return err
-	})
-	// 4. Anomalies commit with the answer, outside the savepoint.
+		return NotifyCredited, err
+	}
+	// 3. No row matched: the recharge is for another amount, or has moved on. The anomaly
+	//    commits with the answer.
+	outcome, found, err := rejection(rc, n)
 	if found != nil {
-		if rerr := s.anomalies.Record(ctx, *found); rerr != nil {
+		if rerr := s.anomalies.Record(ctx, tx, *found); rerr != nil {
 			return "", rerr
 		}
-	}
-	if errors.Is(err, ErrAlreadyCredited) {
-		// The ledger caught a second credit the state precondition should have stopped; the
-		// savepoint undid it. The fact is credited once, so the channel may stop.
-		slog.ErrorContext(ctx, "recharge: the ledger's unique key caught a second credit (I2)",
-			"recharge_id", n.OutTradeNo, "channel", n.Channel, "trade_no", n.TradeNo, "err", err)
-		return NotifyDuplicate, nil
 	}
 	return outcome, err
 }

@@ -23,7 +23,6 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -89,7 +88,7 @@ func (u *Users) Authenticate(ctx context.Context, apiKey string) (int64, error) 
 // from several instances at once.
 func (u *Users) Ensure(ctx context.Context, name, apiKey string) (int64, error) {
 	var user User
-	err := database.Transaction(ctx, u.db, func(ctx context.Context, tx *gorm.DB) error {
+	err := u.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		now := time.Now().UTC()
 		candidate := User{ID: u.ids.Next(), Name: name, CreatedAt: now}
 		if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&candidate).Error; err != nil {

@@ -13,7 +13,6 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -52,19 +51,19 @@ type Recorder struct {
 // NewRecorder returns the anomaly recorder on db.
 func NewRecorder(db *gorm.DB, gen *ids.Generator) *Recorder { return &Recorder{db: db, ids: gen} }
 
-// Record stores a once per (kind, channel, trade_no), in the transaction ctx carries if any.
-// A second copy of the same anomaly changes nothing.
-func (r *Recorder) Record(ctx context.Context, a Anomaly) error {
+// Record stores a once per (kind, channel, trade_no) in tx, the transaction of the answer it
+// explains. A second copy of the same anomaly changes nothing.
+func (r *Recorder) Record(ctx context.Context, tx *gorm.DB, a Anomaly) error {
 	a.ID = r.ids.Next()
 	a.RequestID = requestid.From(ctx)
 	a.CreatedAt = time.Now().UTC()
-	return database.Conn(ctx, r.db).Clauses(clause.OnConflict{DoNothing: true}).Create(&a).Error
+	return tx.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&a).Error
 }
 
 // List returns the newest anomalies first, at most limit.
 func (r *Recorder) List(ctx context.Context, limit int) ([]Anomaly, error) {
 	var out []Anomaly
-	err := database.Conn(ctx, r.db).Order("id DESC").Limit(limit).Find(&out).Error
+	err := r.db.WithContext(ctx).Order("id DESC").Limit(limit).Find(&out).Error
 	return out, err
 }
 

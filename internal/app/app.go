@@ -21,6 +21,7 @@ import (
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
@@ -31,6 +32,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
+	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -51,6 +53,7 @@ type App struct {
 
 	// Guard is the idempotency layer every forced-idempotent write goes through.
 	Guard *idempotent.Guard
+	idem  *idemhttp.Adapter
 
 	anomalies *anomaly.Recorder
 	users     *account.Users
@@ -128,20 +131,27 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	}
 
 	// The idempotency layers: token, replay cache and lock in Redis, dedup record in the DB.
-	a.Guard = idempotent.New(a.DB, a.Redis.Client, a.IDs, idempotent.Config{
+	// The guard knows no SQL driver, request id or error type of ours: they come in here.
+	a.Guard = idempotent.New(a.DB, a.Redis.Client, idempotent.Config{
 		LockTTL:            cfg.LockTTL,
 		Retention:          cfg.DedupRetention,
 		RejectWithoutRedis: cfg.RedisFailureMode == config.RedisReject,
 		BeforeWork:         chaosDelay(cfg.ChaosPaymentDelay, payment.BizType),
-	}, a.Registry)
+		Classify:           database.Classify,
+		Reject:             idemhttp.StoredProblem,
+		NewID:              a.IDs.Next,
+		RequestID:          requestid.From,
+		Registerer:         a.Registry,
+	})
+	a.idem = idemhttp.New(a.Guard)
 
 	// Domain stores and services.
 	a.users = account.NewUsers(a.DB, a.IDs)
 	a.anomalies = anomaly.NewRecorder(a.DB, a.IDs)
 	a.inventory = inventory.NewStore(a.DB)
 	a.recharges = account.NewRecharges(a.DB, a.IDs, account.NewLedger(a.DB, a.IDs), a.anomalies)
-	events := outbox.NewWriter(a.DB, a.IDs)
-	a.orders = order.NewService(a.DB, a.IDs, inventory.NewMovements(a.inventory, a.IDs), events, cfg.OrderTTL)
+	events := outbox.NewWriter(a.IDs)
+	a.orders = order.NewService(a.DB, a.IDs, inventory.NewMovements(a.IDs), events, cfg.OrderTTL)
 	a.payments = payment.NewService(a.DB, a.IDs, a.orders, a.anomalies)
 
 	// Background loops: the payment notifications consumer (I1), the outbox relay, and the

@@ -29,16 +29,16 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
 
 	inv := inventory.NewHandler(a.inventory)
-	orders := order.NewHandler(a.orders, a.Guard)
-	payments := payment.NewHandler(a.payments, a.Guard, a.Config.ChannelSecret)
+	orders := order.NewHandler(a.orders, a.idem)
+	payments := payment.NewHandler(a.payments, a.idem, a.Config.ChannelSecret)
 	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention)
-	accounts := account.NewHandler(a.recharges, a.users, a.Guard, a.Config.ChannelSecret)
+	accounts := account.NewHandler(a.recharges, a.users, a.idem, a.Config.ChannelSecret)
 	r.Route("/v1", func(r chi.Router) {
 		// Reading stock is public and naturally idempotent.
 		r.Mount("/inventory", inv.Routes())
 
 		// One-time tokens for forms (I7): a token is the Idempotency-Key of one submission.
-		r.With(web.RequireUser(a.users)).Post("/idempotency-tokens", a.Guard.TokenHandler(web.UserScope))
+		r.With(web.RequireUser(a.users)).Post("/idempotency-tokens", a.idem.TokenHandler)
 
 		// Orders: create and cancel need an Idempotency-Key; get is naturally idempotent.
 		r.With(web.RequireUser(a.users)).Mount("/orders", orders.Routes())

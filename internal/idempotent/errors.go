@@ -1,20 +1,40 @@
 package idempotent
 
-import (
-	"errors"
-	"net/http"
+import "errors"
 
-	"github.com/oncepay/oncepay/internal/platform/apperr"
-)
+// Error is a refusal of the idempotency protocol, with the stable code a client sees. The
+// package knows no transport: an adapter (oncepay's is internal/idemhttp) maps each code to
+// its status, e.g. 409 for idempotency_key_in_use.
+type Error struct {
+	// Code is the stable code of the contract, e.g. "idempotency_key_in_use".
+	Code string
+	// Detail is a sentence safe to show the client.
+	Detail string
+}
 
-// The client-facing errors of the Idempotency-Key table (CONTRACT.md).
+func (e *Error) Error() string { return e.Code + ": " + e.Detail }
+
+// Is makes errors.Is match two errors with the same code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Code == e.Code
+}
+
+// The refusals of the Idempotency-Key table (CONTRACT.md).
 var (
-	ErrKeyMissing   = apperr.New(http.StatusBadRequest, "idempotency_key_missing", "this endpoint requires an Idempotency-Key header")
-	ErrKeyInvalid   = apperr.New(http.StatusBadRequest, "idempotency_key_invalid", "Idempotency-Key must be 1..255 visible ASCII characters")
-	ErrTokenInvalid = apperr.New(http.StatusBadRequest, "idempotency_token_invalid", "the tok_ key is not a live token issued to this user; get one from POST /v1/idempotency-tokens")
-	ErrKeyInUse     = apperr.New(http.StatusConflict, "idempotency_key_in_use", "a request with this key is still being processed; retry later")
-	ErrKeyReused    = apperr.New(http.StatusUnprocessableEntity, "idempotency_key_reused", "this key was used with a different request (method, path or body)")
+	// ErrKeyInUse: another attempt with this key is running; retry later.
+	ErrKeyInUse = &Error{Code: "idempotency_key_in_use", Detail: "a request with this key is still being processed; retry later"}
+	// ErrKeyReused: the key was used before with another request.
+	ErrKeyReused = &Error{Code: "idempotency_key_reused", Detail: "this key was used with a different request (method, path or body)"}
+	// ErrTokenInvalid: a tok_ key that is not a live token of this scope.
+	ErrTokenInvalid = &Error{Code: "idempotency_token_invalid", Detail: "the tok_ key is not a live token issued to this user; get one from POST /v1/idempotency-tokens"}
+	// ErrUnavailable: Redis is unreachable and the guard was told to reject without it.
+	ErrUnavailable = &Error{Code: "unavailable", Detail: "redis is unavailable; retry later"}
 )
 
-// errRedisDown marks a Redis failure that the layer could not step around.
-var errRedisDown = errors.New("redis unavailable")
+// ErrLockLost is the cause of a work context cancelled because the lease could not be
+// renewed (I4): a lock we cannot prove we hold protects nothing.
+var ErrLockLost = errors.New("idempotency lock lost: renewal failed")
+
+// errLockBusy means another attempt holds the lock of the key.
+var errLockBusy = errors.New("lock busy")

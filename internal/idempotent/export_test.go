@@ -1,10 +1,13 @@
 package idempotent
 
 // CacheKey exposes the replay-cache key of k, so that tests can check what Purge drops.
-var CacheKey = cacheKey
+func (g *Guard) CacheKey(k Key) string { return g.cacheKey(k) }
 
 // MarkerKey exposes the consumer marker key of k.
-var MarkerKey = markerKey
+func (g *Guard) MarkerKey(k Key) string { return g.markerKey(k) }
+
+// LeaseKey exposes the Redis key of the lock of k.
+func (g *Guard) LeaseKey(k Key) string { return g.leaseKey(k) }
 
 // TokenKey exposes the Redis key of a one-time token, so that tests can expire it.
-var TokenKey = tokenKey
+func (g *Guard) TokenKey(token string) string { return g.tokenKey(token) }

@@ -2,6 +2,8 @@ package idempotent
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -12,16 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
-
-	"github.com/oncepay/oncepay/internal/platform/apperr"
-	"github.com/oncepay/oncepay/internal/platform/database"
-	"github.com/oncepay/oncepay/internal/platform/ids"
-	"github.com/oncepay/oncepay/internal/platform/requestid"
 )
 
-// Config tunes the layers. The zero value of each duration takes the default given.
+// Config tunes the layers and plugs the guard into its service. Every field is optional; the
+// zero value of each takes the default it names.
 type Config struct {
-	// LockTTL is the lock lease; the watchdog renews it every LockTTL/3. Default 30s.
+	// LockTTL is the lease of the lock layer; the watchdog renews it every LockTTL/3. Default 30s.
 	LockTTL time.Duration
 	// TokenTTL is how long an issued one-time token stays usable. Default 10m.
 	TokenTTL time.Duration
@@ -30,24 +28,70 @@ type Config struct {
 	// CacheTTL is how long a finished outcome stays in the replay cache; it must stay within
 	// Retention. Default min(24h, Retention).
 	CacheTTL time.Duration
-	// MessageTTL is how long the consumer's "done" marker lives. Default 72h (within Retention).
+	// MessageTTL is how long the consumer's "done" marker lives. Default min(72h, Retention).
 	MessageTTL time.Duration
-	// RejectWithoutRedis answers 503 while Redis is unreachable instead of letting the Redis
-	// layers step aside (ONCEPAY_REDIS_FAILURE_MODE=reject).
+	// KeyPrefix starts every Redis key the guard writes, so that several deployments can share
+	// one Redis. Default "oncepay:". It must not contain '{' or '}' (the hash tag is ours).
+	KeyPrefix string
+
+	// RejectWithoutRedis answers ErrUnavailable while Redis is unreachable instead of letting
+	// the Redis layers step aside.
 	RejectWithoutRedis bool
-	// NoLock turns the lock layer off; tests and drills use it to show that the dedup
-	// record alone still gives exactly-once.
+	// NoLock turns the lock layer off; tests and drills use it to show that the dedup record
+	// alone still gives exactly-once.
 	NoLock bool
 	// NoWatchdog keeps the lock but never renews it: the articles' fixed-TTL lock (I4).
 	NoWatchdog bool
 	// NoCache turns the replay cache off.
 	NoCache bool
-	// BeforeWork, when set, runs after the lock is taken and before the dedup transaction
-	// begins; an error from it ends the attempt with nothing stored. oncepay uses it for
+	// RedsyncLock takes the request-path lock with a redsync mutex (a cache read, a lock, a
+	// cache write and an unlock: four Redis round trips) instead of the default lease, which
+	// reads the cache and takes the lock in one Lua script and fills the cache and releases in
+	// another (two round trips). Both keep a random owner value, compare-and-delete release
+	// and the watchdog; the bench compares them.
+	RedsyncLock bool
+	// RecordFirst inserts the dedup record PROCESSING before the work and completes it after
+	// (seed 000) instead of inserting the finished record once after the work (seed 003, the
+	// default). docs/dedup-placement.md has the measurements that chose the default.
+	RecordFirst bool
+
+	// BeforeWork, when set, runs after the lock is taken and before the transaction begins;
+	// an error from it ends the attempt with nothing stored. oncepay uses it for
 	// ONCEPAY_CHAOS_PAYMENT_DELAY: a slow upstream held under the lock (I4) without holding a
 	// database transaction open.
 	BeforeWork func(ctx context.Context, k Key) error
+	// Classify tells the guard what a database error means (see ErrorClass). Default: only
+	// gorm.ErrDuplicatedKey is recognised, which needs gorm's TranslateError.
+	Classify func(err error) ErrorClass
+	// Reject turns an error returned by the work into the answer to store for it, when the
+	// error is a deterministic business refusal (out of stock, illegal state): the
+	// transaction is rolled back and the answer is stored alone, so every copy gets it again.
+	// ok=false, or nil Reject, stores nothing and returns the error. A Request may override it.
+	Reject func(ctx context.Context, err error) (resp Response, ok bool)
+	// NewID returns the id of a new dedup record. Default: a random positive int63.
+	NewID func() int64
+	// RequestID returns the request id carried by ctx, kept on the record for diagnosis.
+	RequestID func(ctx context.Context) string
+	// Registerer receives the guard's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
 }
+
+// ErrorClass is what a database error means to the guard.
+type ErrorClass int
+
+// The classes of database errors.
+const (
+	// ErrorOther is any error the guard does not act on.
+	ErrorOther ErrorClass = iota
+	// ErrorDuplicateKey is a unique-index violation: another attempt holds or committed the key.
+	ErrorDuplicateKey
+	// ErrorAborted is a transaction the database aborted (deadlock, busy file): it left
+	// nothing behind and may be run again.
+	ErrorAborted
+	// ErrorLockWait is a statement that waited out the lock wait timeout behind another
+	// transaction.
+	ErrorLockWait
+)
 
 func (c Config) withDefaults() Config {
 	if c.LockTTL <= 0 {
@@ -65,7 +109,30 @@ func (c Config) withDefaults() Config {
 	if c.MessageTTL <= 0 {
 		c.MessageTTL = min(72*time.Hour, c.Retention)
 	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "oncepay:"
+	}
+	if c.Classify == nil {
+		c.Classify = func(err error) ErrorClass {
+			if errors.Is(err, gorm.ErrDuplicatedKey) {
+				return ErrorDuplicateKey
+			}
+			return ErrorOther
+		}
+	}
+	if c.NewID == nil {
+		c.NewID = randomID
+	}
+	if c.RequestID == nil {
+		c.RequestID = func(context.Context) string { return "" }
+	}
 	return c
+}
+
+func randomID() int64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return int64(binary.BigEndian.Uint64(b[:])>>1) | 1
 }
 
 // Guard runs writes exactly once. It is safe for concurrent use.
@@ -73,21 +140,19 @@ type Guard struct {
 	db      *gorm.DB
 	rdb     redis.UniversalClient
 	rs      *redsync.Redsync
-	ids     *ids.Generator
 	cfg     Config
 	metrics *metrics
 }
 
-// New returns a guard whose dedup records live in db and whose token, lock and cache layers
-// live in rdb. Its metrics are registered with reg.
-func New(db *gorm.DB, rdb redis.UniversalClient, gen *ids.Generator, cfg Config, reg prometheus.Registerer) *Guard {
+// New returns a guard whose dedup records live in db (table idempotency_records, see
+// Record) and whose token, lock and cache layers live in rdb.
+func New(db *gorm.DB, rdb redis.UniversalClient, cfg Config) *Guard {
 	return &Guard{
 		db:      db,
 		rdb:     rdb,
 		rs:      redsync.New(goredis.NewPool(rdb)),
-		ids:     gen,
 		cfg:     cfg.withDefaults(),
-		metrics: newMetrics(reg),
+		metrics: newMetrics(cfg.Registerer),
 	}
 }
 
@@ -96,14 +161,20 @@ type Request struct {
 	// Key names the write.
 	Key Key
 	// Fingerprint describes the request (see Fingerprint); a key reused with another
-	// fingerprint is refused with idempotency_key_reused.
+	// fingerprint is refused with ErrKeyReused.
 	Fingerprint string
+	// Reject overrides Config.Reject for this request.
+	Reject func(ctx context.Context, err error) (Response, bool)
 }
 
-// Work is the business change. It runs inside the dedup transaction: ctx carries it, and the
-// work must reach the database through database.Conn(ctx, db) or database.Transaction(ctx,
-// db, …) so that its writes commit or roll back together with the dedup record (I3).
-type Work func(ctx context.Context) (Response, error)
+// Work is the business change. It runs inside the dedup transaction and must reach the
+// database through tx only, so that its writes commit or roll back together with the dedup
+// record (I3). It answers with the response to store, or an error: a business refusal that
+// Reject renders is stored alone after the rollback, any other error stores nothing.
+//
+// A Response with a 4xx status and a nil error commits with the work's writes: use it when a
+// refusal must leave a trace (an anomaly recorded for refund).
+type Work func(ctx context.Context, tx *gorm.DB) (Response, error)
 
 // Do runs work at most once for req.Key and answers every attempt: the first executes, later
 // ones get the stored outcome (Replayed), a concurrent one gets ErrKeyInUse (InProgress), a
@@ -116,65 +187,59 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 
 	// Layer 1, token (I7): a tok_ key must be a live token of this scope.
 	if IsToken(req.Key.BizKey) {
-		state, terr := g.consumeToken(ctx, req.Key.Scope, req.Key.BizKey)
-		if terr != nil {
-			if err := g.redisFailed(LayerToken, terr); err != nil {
-				return Result{Outcome: Unavailable, Layer: LayerToken}, err
-			}
-		} else if state == tokenInvalid {
-			// A token used long ago may have expired while its record remains.
-			if res, found, err := g.fromRecord(ctx, req); found || err != nil {
-				return res, err
-			}
-			return Result{Outcome: TokenInvalid, Layer: LayerToken}, ErrTokenInvalid
+		if res, err, done := g.checkToken(ctx, req); done {
+			return res, err
 		}
 	}
 
-	// Layer 2, replay cache: a finished outcome answers without the database.
-	if !g.cfg.NoCache {
-		c, ok, cerr := g.cacheGet(ctx, req.Key)
-		switch {
-		case cerr != nil:
-			if err := g.redisFailed(LayerCache, cerr); err != nil {
-				return Result{Outcome: Unavailable, Layer: LayerCache}, err
-			}
-		case ok && c.Fingerprint != req.Fingerprint:
-			return Result{Outcome: Mismatch, Layer: LayerCache}, ErrKeyReused
-		case ok:
-			return Result{Response: c.Response, Outcome: Replayed, Layer: LayerCache}, nil
-		}
-	}
-
-	// Layer 3, lock (I4): one attempt at a time per key; the watchdog keeps the lease alive
-	// and cancels the work if it is lost.
+	// Layers 2 and 3 in one round trip: a finished outcome in the replay cache answers
+	// without the database; otherwise the lease (I4) lets one attempt at a time through, and
+	// its watchdog cancels the work if the lease is lost.
 	workCtx := ctx
-	if !g.cfg.NoLock {
-		l, lerr := g.acquireLock(ctx, req.Key)
-		switch {
-		case errors.Is(lerr, errLockBusy):
-			return Result{Outcome: InProgress, Layer: LayerLock}, ErrKeyInUse
-		case lerr != nil:
-			if err := g.redisFailed(LayerLock, lerr); err != nil {
-				return Result{Outcome: Unavailable, Layer: LayerLock}, err
-			}
-		default:
-			defer l.release()
-			workCtx = l.ctx
+	l, cached, cerr := g.claim(ctx, req.Key)
+	switch {
+	case errors.Is(cerr, errLockBusy):
+		return Result{Outcome: InProgress, Layer: LayerLock}, ErrKeyInUse
+	case cerr != nil:
+		if err := g.redisFailed(LayerCache, cerr); err != nil {
+			return Result{Outcome: Unavailable, Layer: LayerCache}, err
 		}
+	case cached != nil && cached.Fingerprint != req.Fingerprint:
+		return Result{Outcome: Mismatch, Layer: LayerCache}, ErrKeyReused
+	case cached != nil:
+		return Result{Response: cached.Response, Outcome: Replayed, Layer: LayerCache}, nil
+	case l != nil:
+		workCtx = l.ctx
 	}
 
 	if g.cfg.BeforeWork != nil {
 		if err := g.cfg.BeforeWork(workCtx, req.Key); err != nil {
+			g.finish(ctx, req, l, Result{})
 			return Result{}, err
 		}
 	}
 
-	// Layer 4, dedup record (I3): inserted first, in the work's own transaction.
+	// Layer 4, the dedup record (I3): in the work's own transaction.
 	res, err = g.runOnce(workCtx, req, work)
-	if err == nil && res.Outcome == Executed && Storable(res.Response.Status) && !g.cfg.NoCache {
-		g.cachePut(context.WithoutCancel(ctx), req.Key, req.Fingerprint, res.Response)
-	}
+	g.finish(ctx, req, l, res)
 	return res, err
+}
+
+// finish releases the lease and fills the replay cache with a committed outcome, in one
+// round trip where the lease allows it.
+func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result) {
+	var fill *cached
+	if !g.cfg.NoCache && Storable(res.Response.Status) &&
+		(res.Outcome == Executed || (res.Outcome == Replayed && res.Layer == LayerDedup)) {
+		fill = &cached{Fingerprint: req.Fingerprint, Response: res.Response}
+	}
+	bg := context.WithoutCancel(ctx)
+	switch {
+	case l != nil:
+		l.release(bg, fill)
+	case fill != nil:
+		g.cachePut(bg, req.Key, fill)
+	}
 }
 
 // redisFailed decides what a Redis failure in a layer means: nil lets the layer step aside
@@ -182,7 +247,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 func (g *Guard) redisFailed(layer Layer, err error) error {
 	g.metrics.redisErrors.WithLabelValues(string(layer)).Inc()
 	if g.cfg.RejectWithoutRedis {
-		return apperr.ErrUnavailable.Withf("redis is unavailable (%s layer) and ONCEPAY_REDIS_FAILURE_MODE=reject", layer)
+		return &Error{Code: ErrUnavailable.Code, Detail: "redis is unavailable (" + string(layer) + " layer) and the guard rejects without it"}
 	}
 	return nil
 }
@@ -190,15 +255,13 @@ func (g *Guard) redisFailed(layer Layer, err error) error {
 // errNotStored rolls back a transaction whose outcome must not be stored (5xx, 401, …).
 var errNotStored = errors.New("outcome not storable")
 
-// errInsertWaited rolls back a transaction whose dedup insert timed out behind another attempt.
-var errInsertWaited = errors.New("dedup insert waited out the lock wait timeout")
-
 // runOnce runs the dedup transaction, again when the database aborted it (deadlock, lock
-// wait timeout): an aborted transaction left nothing behind, so running it again is safe.
+// wait timeout in the work): an aborted transaction left nothing behind, so running it again
+// is safe.
 func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := g.tryOnce(ctx, req, work)
-		if err == nil || !database.IsRetryable(err) || attempt == 4 {
+		if err == nil || g.cfg.Classify(err) != ErrorAborted || attempt == 4 {
 			return res, err
 		}
 		g.metrics.retries.Inc()
@@ -211,56 +274,93 @@ func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, er
 }
 
 // tryOnce is the transaction that makes the write exactly-once, in the order a reader should
-// see it: insert the dedup record, run the work, store its outcome, commit.
+// see it: the work, then the finished dedup record, then commit. With RecordFirst the record
+// is inserted PROCESSING before the work and completed after it.
 func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, error) {
-	now := time.Now().UTC()
-	rec := &Record{
-		ID: g.ids.Next(), Scope: req.Key.Scope, BizType: req.Key.BizType, BizKey: req.Key.BizKey,
-		RequestID: requestid.From(ctx), Fingerprint: req.Fingerprint, Status: StatusProcessing,
-		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(g.cfg.Retention),
-	}
+	rec := g.newRecord(ctx, req)
 	var (
-		resp      Response
-		duplicate bool
+		resp     Response
+		recorded bool // the error came from the record's own statement
 	)
 	err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := insertRecord(ctx, tx, rec); err != nil {
-			duplicate = errors.Is(err, database.ErrDuplicateKey)
-			if database.IsLockWaitTimeout(err) {
-				// The first attempt still holds the key after innodb_lock_wait_timeout:
-				// it is in progress; running the insert again would only wait again.
-				return errInsertWaited
+		if g.cfg.RecordFirst {
+			if err := tx.Create(rec).Error; err != nil {
+				recorded = true
+				return err
 			}
-			return err
 		}
 		var err error
-		if resp, err = work(database.WithTx(ctx, tx)); err != nil {
+		if resp, err = work(ctx, tx); err != nil {
 			return err
 		}
 		if !Storable(resp.Status) {
 			return errNotStored
 		}
-		return completeRecord(ctx, tx, rec.ID, resp)
+		rec.finish(resp)
+		recorded = true
+		if g.cfg.RecordFirst {
+			return tx.Model(rec).Select("status", "response_status", "response_headers", "response_body", "updated_at").Updates(rec).Error
+		}
+		return tx.Create(rec).Error
 	})
 	switch {
-	case errors.Is(err, errInsertWaited):
-		return Result{Outcome: InProgress, Layer: LayerDedup}, ErrKeyInUse
-	case duplicate:
-		// Another attempt committed this key (or is committing it): answer from its record.
-		res, found, err := g.fromRecord(context.WithoutCancel(ctx), req)
-		if !found && err == nil {
-			return Result{Outcome: InProgress, Layer: LayerDedup}, ErrKeyInUse
-		}
-		return res, err
+	case err == nil:
+		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
 	case errors.Is(err, errNotStored):
 		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
-	case err != nil:
-		if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrLockLost) {
-			err = errors.Join(err, cause)
-		}
-		return Result{}, database.Translate(err)
+	case recorded:
+		return g.afterRecordFailed(ctx, req, err)
 	}
-	return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
+	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrLockLost) {
+		return Result{}, errors.Join(err, cause)
+	}
+	if resp, ok := g.reject(ctx, req, err); ok {
+		return g.storeRejection(ctx, req, resp, err)
+	}
+	return Result{}, err
+}
+
+// afterRecordFailed answers an attempt whose dedup record could not be written: another
+// attempt holds or committed the key (I3, I10: the stale writer's whole transaction is gone).
+func (g *Guard) afterRecordFailed(ctx context.Context, req Request, err error) (Result, error) {
+	switch g.cfg.Classify(err) {
+	case ErrorDuplicateKey:
+		res, found, ferr := g.fromRecord(context.WithoutCancel(ctx), req)
+		if !found && ferr == nil {
+			return Result{Outcome: InProgress, Layer: LayerDedup}, ErrKeyInUse
+		}
+		return res, ferr
+	case ErrorLockWait:
+		// The first attempt still holds the key after the lock wait timeout: it is in
+		// progress; running the insert again would only wait again.
+		return Result{Outcome: InProgress, Layer: LayerDedup}, ErrKeyInUse
+	}
+	return Result{}, err
+}
+
+// reject renders a work error as a storable business refusal, if it is one.
+func (g *Guard) reject(ctx context.Context, req Request, err error) (Response, bool) {
+	render := req.Reject
+	if render == nil {
+		render = g.cfg.Reject
+	}
+	if render == nil {
+		return Response{}, false
+	}
+	resp, ok := render(ctx, err)
+	return resp, ok && Storable(resp.Status)
+}
+
+// storeRejection stores a business refusal alone, after its transaction rolled back: the
+// refusal changed nothing, so its record commits with nothing else. A copy that committed
+// first wins and is answered instead.
+func (g *Guard) storeRejection(ctx context.Context, req Request, resp Response, cause error) (Result, error) {
+	rec := g.newRecord(ctx, req)
+	rec.finish(resp)
+	if err := g.db.WithContext(ctx).Create(rec).Error; err != nil {
+		return g.afterRecordFailed(ctx, req, err)
+	}
+	return Result{Response: resp, Outcome: Executed, Layer: LayerWork, Rejection: cause}, nil
 }
 
 // fromRecord answers from the committed record of req.Key, if there is one.
@@ -274,11 +374,7 @@ func (g *Guard) fromRecord(ctx context.Context, req Request) (Result, bool, erro
 	case rec.Status != StatusCompleted:
 		return Result{Outcome: InProgress, Layer: LayerDedup}, true, ErrKeyInUse
 	}
-	resp := rec.response()
-	if !g.cfg.NoCache {
-		g.cachePut(ctx, req.Key, req.Fingerprint, resp)
-	}
-	return Result{Response: resp, Outcome: Replayed, Layer: LayerDedup}, true, nil
+	return Result{Response: rec.response(), Outcome: Replayed, Layer: LayerDedup}, true, nil
 }
 
 // observe counts the outcome and writes the one log line per attempt that lets a person
@@ -293,6 +389,9 @@ func (g *Guard) observe(ctx context.Context, k Key, res Result, err error, start
 	if outcome == "error" {
 		level = slog.LevelWarn
 	}
+	if !slog.Default().Enabled(ctx, level) {
+		return
+	}
 	slog.Log(ctx, level, "idempotency",
 		"biz_type", k.BizType, "biz_key", k.BizKey, "scope", k.Scope,
 		"outcome", outcome, "layer", res.Layer, "status", res.Response.Status,
@@ -304,11 +403,4 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// redisFailedHard is for operations that cannot step aside (issuing a token): the request
-// gets 503 in either failure mode.
-func (g *Guard) redisFailedHard(err error) error {
-	g.metrics.redisErrors.WithLabelValues(string(LayerToken)).Inc()
-	return apperr.ErrUnavailable.Withf("redis is unavailable: cannot issue a token (%v)", err)
 }

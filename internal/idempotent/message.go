@@ -16,7 +16,6 @@ import (
 // the caller must not acknowledge it and should try again later.
 var ErrMessageInFlight = errors.New("a copy of this message is being processed")
 
-func markerKey(k Key) string { return "oncepay:idem:msg:" + k.String() }
 
 // releaseMarkerScript deletes a "processing" marker only if this consumer set it.
 var releaseMarkerScript = redis.NewScript(`
@@ -33,7 +32,7 @@ return 0
 // deterministic refusal); on any other error it must not, so that the message is redelivered.
 // A work outcome that is not stored (see Storable) is such an error.
 func (g *Guard) Message(ctx context.Context, req Request, work Work) (Result, error) {
-	marker := markerKey(req.Key)
+	marker := g.markerKey(req.Key)
 	owner := fmt.Sprintf("processing:%.16s:%s", req.Fingerprint, randomSuffix())
 	set, err := g.rdb.SetNX(ctx, marker, owner, g.cfg.LockTTL).Result()
 	switch {

@@ -61,6 +61,9 @@ type Result struct {
 	Response Response
 	Outcome  Outcome
 	Layer    Layer
+	// Rejection is the work's error behind an executed, stored business refusal (see
+	// Config.Reject), so that the caller can tell a refusal from a success.
+	Rejection error
 }
 
 // Storable reports whether an outcome with this status is stored for replay (see the

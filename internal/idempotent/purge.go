@@ -45,7 +45,7 @@ func (g *Guard) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 		for i, rec := range batch {
 			ids[i] = rec.ID
 			k := Key{Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey}
-			keys = append(keys, cacheKey(k), markerKey(k))
+			keys = append(keys, g.cacheKey(k), g.markerKey(k))
 		}
 		res := g.db.WithContext(ctx).Where("id IN ?", ids).Delete(&Record{})
 		if res.Error != nil {

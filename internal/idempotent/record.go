@@ -7,12 +7,10 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-
-	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
-// Record statuses. A record is inserted PROCESSING and completed in the same transaction, so
-// a committed PROCESSING record only exists for work that commits it on purpose in steps.
+// Record statuses. With the default placement a record is only ever written COMPLETED; with
+// RecordFirst it is inserted PROCESSING and completed in the same transaction.
 const (
 	StatusProcessing = "PROCESSING"
 	StatusCompleted  = "COMPLETED"
@@ -20,7 +18,7 @@ const (
 
 // Record is a row of idempotency_records: the dedup table (I3). Its unique index on
 // (scope, biz_type, biz_key) is the guarantee; request_id is kept for diagnosis and is not
-// unique, because every copy of a request may carry its own.
+// unique, because every copy of a request may carry its own. Schema holds its DDL.
 type Record struct {
 	ID              int64
 	Scope           string
@@ -40,30 +38,70 @@ type Record struct {
 // TableName is the table of Record.
 func (Record) TableName() string { return "idempotency_records" }
 
+// Schema is the DDL of idempotency_records for MySQL 8 / MariaDB ("mysql") and SQLite
+// ("sqlite"): the one definition of the table, applied by oncepay's migrations (a test holds
+// them equal). Keys compare byte for byte (utf8mb4_bin): CaseKey and casekey are two keys.
+var Schema = map[string]string{
+	"mysql": `CREATE TABLE idempotency_records (
+  id                BIGINT       NOT NULL PRIMARY KEY,
+  scope             VARCHAR(128) COLLATE utf8mb4_bin NOT NULL,
+  biz_type          VARCHAR(64)  COLLATE utf8mb4_bin NOT NULL,
+  biz_key           VARCHAR(255) COLLATE utf8mb4_bin NOT NULL,
+  request_id        VARCHAR(128) NOT NULL,
+  fingerprint       CHAR(64)     NOT NULL,
+  status            VARCHAR(16)  NOT NULL,
+  response_status   INT          NOT NULL DEFAULT 0,
+  response_headers  TEXT         NULL,
+  response_body     MEDIUMBLOB   NULL,
+  created_at        DATETIME(6)  NOT NULL,
+  updated_at        DATETIME(6)  NOT NULL,
+  expires_at        DATETIME(6)  NOT NULL,
+  UNIQUE KEY uk_idempotency_key (scope, biz_type, biz_key),
+  KEY idx_idempotency_created (created_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+	"sqlite": `CREATE TABLE idempotency_records (
+  id                INTEGER NOT NULL PRIMARY KEY,
+  scope             TEXT    NOT NULL,
+  biz_type          TEXT    NOT NULL,
+  biz_key           TEXT    NOT NULL,
+  request_id        TEXT    NOT NULL,
+  fingerprint       TEXT    NOT NULL,
+  status            TEXT    NOT NULL,
+  response_status   INTEGER NOT NULL DEFAULT 0,
+  response_headers  TEXT    NULL,
+  response_body     BLOB    NULL,
+  created_at        DATETIME NOT NULL,
+  updated_at        DATETIME NOT NULL,
+  expires_at        DATETIME NOT NULL,
+  CONSTRAINT uk_idempotency_key UNIQUE (scope, biz_type, biz_key)
+)`,
+}
+
+func (g *Guard) newRecord(ctx context.Context, req Request) *Record {
+	now := time.Now().UTC()
+	return &Record{
+		ID: g.cfg.NewID(), Scope: req.Key.Scope, BizType: req.Key.BizType, BizKey: req.Key.BizKey,
+		RequestID: g.cfg.RequestID(ctx), Fingerprint: req.Fingerprint, Status: StatusProcessing,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(g.cfg.Retention),
+	}
+}
+
+// finish puts the outcome on the record.
+func (r *Record) finish(resp Response) {
+	headers, _ := json.Marshal(resp.Header)
+	r.Status = StatusCompleted
+	r.ResponseStatus = resp.Status
+	r.ResponseHeaders = string(headers)
+	r.ResponseBody = resp.Body
+	r.UpdatedAt = time.Now().UTC()
+}
+
 func (r Record) response() Response {
 	resp := Response{Status: r.ResponseStatus, Body: r.ResponseBody}
 	if r.ResponseHeaders != "" {
 		_ = json.Unmarshal([]byte(r.ResponseHeaders), &resp.Header)
 	}
 	return resp
-}
-
-// insertRecord inserts the PROCESSING record for key inside tx. It returns
-// database.ErrDuplicateKey when another attempt holds or committed the key.
-func insertRecord(ctx context.Context, tx *gorm.DB, rec *Record) error {
-	return database.Translate(tx.WithContext(ctx).Create(rec).Error)
-}
-
-// completeRecord stores the outcome on the record inside the same transaction.
-func completeRecord(ctx context.Context, tx *gorm.DB, id int64, resp Response) error {
-	headers, _ := json.Marshal(resp.Header)
-	return tx.WithContext(ctx).Model(&Record{}).Where("id = ?", id).Updates(map[string]any{
-		"status":           StatusCompleted,
-		"response_status":  resp.Status,
-		"response_headers": string(headers),
-		"response_body":    resp.Body,
-		"updated_at":       time.Now().UTC(),
-	}).Error
 }
 
 // loadRecord reads the committed record of key, outside any transaction.
@@ -76,4 +114,9 @@ func loadRecord(ctx context.Context, db *gorm.DB, k Key) (Record, bool, error) {
 		return Record{}, false, nil
 	}
 	return rec, err == nil, err
+}
+
+// Lookup returns the committed record of k, for operators and diagnosis.
+func (g *Guard) Lookup(ctx context.Context, k Key) (Record, bool, error) {
+	return loadRecord(ctx, g.db, k)
 }

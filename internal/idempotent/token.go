@@ -40,7 +40,6 @@ if v == 'used:' .. ARGV[1] then return 2 end
 return 0
 `)
 
-func tokenKey(token string) string { return "oncepay:idem:token:" + token }
 
 // IssueToken creates a one-time token bound to scope (the user) that lives for ttl.
 func (g *Guard) IssueToken(ctx context.Context, scope string) (token string, expiresAt time.Time, err error) {
@@ -50,16 +49,35 @@ func (g *Guard) IssueToken(ctx context.Context, scope string) (token string, exp
 	}
 	token = TokenPrefix + hex.EncodeToString(b[:])
 	expiresAt = time.Now().UTC().Add(g.cfg.TokenTTL).Truncate(time.Second)
-	if err := g.rdb.Set(ctx, tokenKey(token), scope, g.cfg.TokenTTL).Err(); err != nil {
+	if err := g.rdb.Set(ctx, g.tokenKey(token), scope, g.cfg.TokenTTL).Err(); err != nil {
 		return "", time.Time{}, err
 	}
 	return token, expiresAt, nil
 }
 
 func (g *Guard) consumeToken(ctx context.Context, scope, token string) (tokenState, error) {
-	n, err := consumeScript.Run(ctx, g.rdb, []string{tokenKey(token)}, scope).Int()
+	n, err := consumeScript.Run(ctx, g.rdb, []string{g.tokenKey(token)}, scope).Int()
 	if err != nil {
 		return tokenInvalid, err
 	}
 	return tokenState(n), nil
+}
+
+// checkToken is layer 1 (I7): a tok_ key must be a live token of the request's scope. done
+// reports that the attempt is answered here.
+func (g *Guard) checkToken(ctx context.Context, req Request) (res Result, err error, done bool) {
+	state, terr := g.consumeToken(ctx, req.Key.Scope, req.Key.BizKey)
+	switch {
+	case terr != nil:
+		if err := g.redisFailed(LayerToken, terr); err != nil {
+			return Result{Outcome: Unavailable, Layer: LayerToken}, err, true
+		}
+	case state == tokenInvalid:
+		// A token used long ago may have expired while its record remains.
+		if res, found, err := g.fromRecord(ctx, req); found || err != nil {
+			return res, err, true
+		}
+		return Result{Outcome: TokenInvalid, Layer: LayerToken}, ErrTokenInvalid, true
+	}
+	return Result{}, nil, false
 }

@@ -14,7 +14,6 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
-	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
 // Item is the stock of one SKU. available + reserved + sold changes only through Put.
@@ -49,7 +48,7 @@ func NewStore(db *gorm.DB) *Store { return &Store{db: db} }
 // Get returns the stock of sku, or ErrUnknownSKU.
 func (s *Store) Get(ctx context.Context, sku string) (Item, error) {
 	var it Item
-	err := database.Conn(ctx, s.db).Where("sku = ?", sku).Take(&it).Error
+	err := s.db.WithContext(ctx).Where("sku = ?", sku).Take(&it).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return Item{}, ErrUnknownSKU.Withf("no such SKU %q", sku)
 	}
@@ -61,7 +60,7 @@ func (s *Store) Get(ctx context.Context, sku string) (Item, error) {
 func (s *Store) Put(ctx context.Context, sku string, price, available int64) (Item, error) {
 	now := time.Now().UTC()
 	it := Item{SKU: sku, Name: sku, Price: price, Available: available, UpdatedAt: now}
-	err := database.Conn(ctx, s.db).Clauses(clause.OnConflict{
+	err := s.db.WithContext(ctx).Clauses(clause.OnConflict{
 		Columns: []clause.Column{{Name: "sku"}},
 		DoUpdates: clause.Assignments(map[string]any{
 			"price": price, "available": available, "updated_at": now,
@@ -78,5 +77,5 @@ func (s *Store) Put(ctx context.Context, sku string, price, available int64) (It
 // alone, so seeding is safe on every start.
 func (s *Store) Ensure(ctx context.Context, it Item) error {
 	it.UpdatedAt = time.Now().UTC()
-	return database.Conn(ctx, s.db).Clauses(clause.OnConflict{DoNothing: true}).Create(&it).Error
+	return s.db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&it).Error
 }

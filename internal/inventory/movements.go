@@ -2,15 +2,14 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -30,7 +29,9 @@ type Line struct {
 	Quantity int64
 }
 
-// movement is a row of inventory_movements.
+// movement is a row of inventory_movements. Its unique (order_id, sku, kind) is the
+// backstop against a stock movement applied twice for one order, whichever path repeated it
+// (I1: the triple delivery deducted stock three times).
 type movement struct {
 	ID        int64
 	OrderID   int64
@@ -42,17 +43,14 @@ type movement struct {
 
 func (movement) TableName() string { return "inventory_movements" }
 
-// Movements applies stock movements for orders. Every method must run inside the caller's
-// transaction (ctx carries it), next to the order change it belongs to.
+// Movements applies stock movements for orders. Every method runs in the caller's
+// transaction, next to the order change it belongs to.
 type Movements struct {
-	store *Store
-	ids   *ids.Generator
+	ids *ids.Generator
 }
 
-// NewMovements returns the movement writer over store.
-func NewMovements(store *Store, gen *ids.Generator) *Movements {
-	return &Movements{store: store, ids: gen}
-}
+// NewMovements returns the movement writer.
+func NewMovements(gen *ids.Generator) *Movements { return &Movements{ids: gen} }
 
 // updates are the conditional UPDATE of each kind: the WHERE clause is the precondition, so
 // stock can never go negative however many buyers race (rows affected decides).
@@ -66,14 +64,14 @@ var updates = map[string]struct {
 }
 
 // Prices returns the current price of each SKU in lines, or ErrUnknownSKU naming the first
-// SKU that is not in the catalog.
-func (m *Movements) Prices(ctx context.Context, lines []Line) (map[string]int64, error) {
+// SKU that is not in the catalog. It is a plain read: it locks nothing.
+func (m *Movements) Prices(ctx context.Context, tx *gorm.DB, lines []Line) (map[string]int64, error) {
 	skus := make([]string, len(lines))
 	for i, l := range lines {
 		skus[i] = l.SKU
 	}
 	var items []Item
-	if err := database.Conn(ctx, m.store.db).Where("sku IN ?", skus).Find(&items).Error; err != nil {
+	if err := tx.WithContext(ctx).Select("sku", "price").Where("sku IN ?", skus).Find(&items).Error; err != nil {
 		return nil, err
 	}
 	prices := make(map[string]int64, len(items))
@@ -88,35 +86,33 @@ func (m *Movements) Prices(ctx context.Context, lines []Line) (map[string]int64,
 	return prices, nil
 }
 
-// Apply moves stock of kind for every line of orderID. Lines are taken in SKU order so two
-// orders touching the same SKUs lock their rows in the same order and cannot deadlock. Each
-// movement row is inserted first: its unique (order_id, sku, kind) turns a repeated movement
-// into a no-op. A reservation larger than what is available is ErrOutOfStock; the caller's
-// transaction must then roll back the lines already moved.
-func (m *Movements) Apply(ctx context.Context, kind string, orderID int64, lines []Line) error {
+// Apply moves stock of kind for every line of orderID, in tx. The movement rows go first, in
+// one statement: their unique (order_id, sku, kind) turns a repeated movement into a no-op
+// (I1). The stock rows — the contended ones — are updated last, in SKU order, so that two
+// orders touching the same SKUs lock them in the same order and cannot deadlock, and each
+// is held for as few round trips as possible. A reservation larger than what is available is
+// ErrOutOfStock; the caller's transaction must then roll back.
+func (m *Movements) Apply(ctx context.Context, tx *gorm.DB, kind string, orderID int64, lines []Line) error {
 	u, ok := updates[kind]
 	if !ok {
 		return fmt.Errorf("unknown movement kind %q", kind)
 	}
 	sorted := slices.Clone(lines)
 	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
-	conn := database.Conn(ctx, m.store.db)
+	tx = tx.WithContext(ctx)
+	fresh, err := m.record(tx, kind, orderID, sorted)
+	if err != nil {
+		return err
+	}
 	now := time.Now().UTC()
-	for _, l := range sorted {
-		mv := movement{ID: m.ids.Next(), OrderID: orderID, SKU: l.SKU, Kind: kind, Quantity: l.Quantity, CreatedAt: now}
-		if err := database.Translate(conn.Create(&mv).Error); err != nil {
-			if errors.Is(err, database.ErrDuplicateKey) {
-				continue // this movement already happened
-			}
-			return err
-		}
+	for _, l := range fresh {
 		set := map[string]any{"version": gorm.Expr("version + 1"), "updated_at": now}
 		for col, expr := range u.set {
 			set[col] = gorm.Expr(expr, l.Quantity)
 		}
-		res := conn.Model(&Item{}).Where("sku = ? AND "+u.guard, l.SKU, l.Quantity).Updates(set)
+		res := tx.Model(&Item{}).Where("sku = ? AND "+u.guard, l.SKU, l.Quantity).Updates(set)
 		if res.Error != nil {
-			return database.Translate(res.Error)
+			return res.Error
 		}
 		if res.RowsAffected == 0 {
 			if kind == Reserve {
@@ -126,4 +122,33 @@ func (m *Movements) Apply(ctx context.Context, kind string, orderID int64, lines
 		}
 	}
 	return nil
+}
+
+// record inserts the movement rows of lines, skipping those that already happened, and
+// returns the lines whose movement is new.
+func (m *Movements) record(tx *gorm.DB, kind string, orderID int64, lines []Line) ([]Line, error) {
+	now := time.Now().UTC()
+	rows := make([]movement, len(lines))
+	for i, l := range lines {
+		rows[i] = movement{ID: m.ids.Next(), OrderID: orderID, SKU: l.SKU, Kind: kind, Quantity: l.Quantity, CreatedAt: now}
+	}
+	res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&rows)
+	switch {
+	case res.Error != nil:
+		return nil, res.Error
+	case res.RowsAffected == int64(len(lines)):
+		return lines, nil
+	case res.RowsAffected == 0:
+		return nil, nil
+	}
+	// Some movements had happened before: keep the lines whose row is ours.
+	var ours []string
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	if err := tx.Model(&movement{}).Where("id IN ?", ids).Pluck("sku", &ours).Error; err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(slices.Clone(lines), func(l Line) bool { return !slices.Contains(ours, l.SKU) }), nil
 }

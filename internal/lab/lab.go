@@ -155,8 +155,8 @@ func (l *Lab) createOrderDedupAfter(w http.ResponseWriter, r *http.Request) {
 	}
 	userID, _ := web.UserID(r.Context())
 	var o order.Order
-	err := l.write(r.Context(), func(*gorm.DB) (err error) { // business first, committed …
-		o, err = l.orders.Create(r.Context(), userID, lines)
+	err := l.write(r.Context(), func(tx *gorm.DB) (err error) { // business first, committed …
+		o, err = l.orders.Create(r.Context(), tx, userID, lines)
 		return err
 	})
 	if err != nil {

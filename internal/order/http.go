@@ -1,12 +1,14 @@
 package order
 
 import (
-	"errors"
+	"context"
 	"net/http"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -54,12 +56,12 @@ func ViewOf(o Order) View {
 // Handler serves the order routes.
 type Handler struct {
 	orders *Service
-	guard  *idempotent.Guard
+	idem   *idemhttp.Adapter
 }
 
-// NewHandler returns the order HTTP handler.
-func NewHandler(orders *Service, guard *idempotent.Guard) *Handler {
-	return &Handler{orders: orders, guard: guard}
+// NewHandler returns the order HTTP handler; idem makes its writes exactly-once.
+func NewHandler(orders *Service, idem *idemhttp.Adapter) *Handler {
+	return &Handler{orders: orders, idem: idem}
 }
 
 // Routes serves the order routes, mounted at /v1/orders behind user authentication. Create
@@ -67,9 +69,9 @@ func NewHandler(orders *Service, guard *idempotent.Guard) *Handler {
 // the double click, I7); get is naturally idempotent.
 func (h *Handler) Routes() chi.Router {
 	r := chi.NewRouter()
-	r.With(h.guard.Middleware(idempotent.HeaderKeyFunc("order.create", web.UserScope))).Post("/", h.create)
+	r.Post("/", h.create)
 	r.Get("/{order_id}", h.get)
-	r.With(h.guard.Middleware(idempotent.HeaderKeyFunc("order.cancel", web.UserScope))).Post("/{order_id}/cancel", h.cancel)
+	r.Post("/{order_id}/cancel", h.cancel)
 	return r
 }
 
@@ -80,24 +82,45 @@ type createRequest struct {
 	} `json:"items"`
 }
 
+// create is POST /v1/orders, top to bottom: the key, the body decoded and validated (a bad
+// one stores nothing), then one transaction through the guard — the order's rows, the stock
+// reserved last, the dedup record — and the answer written after the commit.
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
-	var req createRequest
-	if err := web.Decode(r, &req); err != nil {
-		web.WriteError(w, r, err)
+	key, err := idemhttp.UserKey(r)
+	if err != nil {
+		idemhttp.Reject(w, r, err)
 		return
+	}
+	body, lines, err := decodeCreate(r)
+	if err != nil {
+		idemhttp.Reject(w, r, err)
+		return
+	}
+	userID, _ := web.UserID(r.Context())
+	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		o, err := h.orders.Create(ctx, tx, userID, lines)
+		if err != nil {
+			return idempotent.Response{}, err
+		}
+		return idemhttp.JSON(http.StatusCreated, ViewOf(o), "Location", "/v1/orders/"+ids.Format(o.ID)), nil
+	})
+}
+
+// decodeCreate reads and validates the body of POST /v1/orders.
+func decodeCreate(r *http.Request) ([]byte, []Line, error) {
+	body, err := web.ReadBody(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	var req createRequest
+	if err := web.DecodeBytes(body, &req); err != nil {
+		return nil, nil, err
 	}
 	lines := make([]Line, len(req.Items))
 	for i, it := range req.Items {
 		lines[i] = Line{SKU: it.SKU, Quantity: it.Quantity}
 	}
-	userID, _ := web.UserID(r.Context())
-	o, err := h.orders.Create(r.Context(), userID, lines)
-	if err != nil {
-		web.WriteError(w, r, err)
-		return
-	}
-	w.Header().Set("Location", "/v1/orders/"+ids.Format(o.ID))
-	web.WriteJSON(w, http.StatusCreated, ViewOf(o))
+	return body, lines, Validate(lines)
 }
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
@@ -115,20 +138,29 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, ViewOf(o))
 }
 
+// cancel is POST /v1/orders/{id}/cancel: the key, then the conditional transition through
+// the guard. An order that moved on answers 409 illegal_state, stored and replayed.
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
-	id, ok := ids.Parse(chi.URLParam(r, "order_id"))
-	if !ok {
-		web.WriteError(w, r, ErrNotFound)
+	key, err := idemhttp.UserKey(r)
+	if err != nil {
+		idemhttp.Reject(w, r, err)
+		return
+	}
+	body, err := web.ReadBody(r)
+	if err != nil {
+		idemhttp.Reject(w, r, err)
 		return
 	}
 	userID, _ := web.UserID(r.Context())
-	o, err := h.orders.Cancel(r.Context(), userID, id)
-	if err != nil {
-		if errors.Is(err, ErrIllegalState) {
-			w.Header().Set(idempotent.HeaderOutcome, string(idempotent.StateRejected))
+	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		id, ok := ids.Parse(chi.URLParam(r, "order_id"))
+		if !ok {
+			return idempotent.Response{}, ErrNotFound
 		}
-		web.WriteError(w, r, err)
-		return
-	}
-	web.WriteJSON(w, http.StatusOK, ViewOf(o))
+		o, err := h.orders.Cancel(ctx, tx, userID, id)
+		if err != nil {
+			return idempotent.Response{}, err
+		}
+		return idemhttp.JSON(http.StatusOK, ViewOf(o)), nil
+	})
 }

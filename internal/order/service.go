@@ -10,7 +10,6 @@ import (
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
 )
@@ -19,15 +18,18 @@ import (
 const (
 	MaxItems    = 50
 	MaxQuantity = 1000
+	// MaxAmount is the largest order total, in cents (10^10): a notification cannot pay more.
+	MaxAmount = 10_000_000_000
 )
 
-// Service runs the order use cases. Each one is a single transaction; when the idempotency
-// middleware opened one (with its dedup record inserted first), the use case runs inside it
-// as a savepoint, so a refused request undoes its own writes and nothing else.
+// Service runs the order use cases. A write takes the transaction it runs in as an argument
+// — the idempotency guard's, where the dedup record commits with it (I3) — and orders its
+// statements so that contended rows (stock, the order's status) are locked last and for as
+// few round trips as possible. Jobs that run outside the guard open their own transaction.
 type Service struct {
 	db     *gorm.DB
 	ids    *ids.Generator
-	orders *Store
+	orders Store
 	stock  *inventory.Movements
 	events *outbox.Writer
 	ttl    time.Duration
@@ -35,7 +37,7 @@ type Service struct {
 
 // NewService returns the order service. Unpaid orders expire after ttl.
 func NewService(db *gorm.DB, gen *ids.Generator, stock *inventory.Movements, events *outbox.Writer, ttl time.Duration) *Service {
-	return &Service{db: db, ids: gen, orders: NewStore(db), stock: stock, events: events, ttl: ttl}
+	return &Service{db: db, ids: gen, stock: stock, events: events, ttl: ttl}
 }
 
 // Line is one requested SKU and quantity.
@@ -63,9 +65,11 @@ func Validate(lines []Line) error {
 }
 
 // Create reserves stock and creates a PENDING_PAYMENT order for userID, with its
-// order.created event, in one transaction.
-func (s *Service) Create(ctx context.Context, userID int64, lines []Line) (Order, error) {
-	if err := Validate(lines); err != nil {
+// order.created event, in tx: prices (a plain read), then the new rows, then the stock rows
+// last. lines must have passed Validate.
+func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
+	prices, err := s.stock.Prices(ctx, tx, lines)
+	if err != nil {
 		return Order{}, err
 	}
 	now := time.Now().UTC()
@@ -73,71 +77,66 @@ func (s *Service) Create(ctx context.Context, userID int64, lines []Line) (Order
 		ID: s.ids.Next(), UserID: userID, Status: PendingPayment, Currency: Currency,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.ttl),
 	}
-	err := database.Transaction(ctx, s.db, func(ctx context.Context, _ *gorm.DB) error {
-		prices, err := s.stock.Prices(ctx, lines)
-		if err != nil {
-			return err
-		}
-		if err := s.stock.Apply(ctx, inventory.Reserve, o.ID, lines); err != nil {
-			return err
-		}
-		for _, l := range lines {
-			o.Items = append(o.Items, Item{OrderID: o.ID, SKU: l.SKU, Quantity: l.Quantity, Price: prices[l.SKU]})
-			o.Amount += l.Quantity * prices[l.SKU]
-		}
-		if err := s.orders.Insert(ctx, &o); err != nil {
-			return err
-		}
-		return s.emit(ctx, o, "order.created")
-	})
-	return o, err
+	for _, l := range lines {
+		o.Items = append(o.Items, Item{OrderID: o.ID, SKU: l.SKU, Quantity: l.Quantity, Price: prices[l.SKU]})
+		o.Amount += l.Quantity * prices[l.SKU]
+	}
+	if o.Amount > MaxAmount {
+		return Order{}, apperr.ErrInvalidRequest.Withf("the order's total %d exceeds 10^10 cents", o.Amount)
+	}
+	if err := s.orders.Insert(ctx, tx, &o); err != nil {
+		return Order{}, err
+	}
+	if err := s.emit(ctx, tx, o, "order.created"); err != nil {
+		return Order{}, err
+	}
+	return o, s.stock.Apply(ctx, tx, inventory.Reserve, o.ID, lines)
 }
 
 // Get returns order id if it belongs to userID; another user's order is ErrNotFound.
 func (s *Service) Get(ctx context.Context, userID, id int64) (Order, error) {
-	o, err := s.orders.Get(ctx, id)
+	return s.owned(ctx, s.db, userID, id)
+}
+
+func (s *Service) owned(ctx context.Context, db *gorm.DB, userID, id int64) (Order, error) {
+	o, err := s.orders.Get(ctx, db, id)
 	if err == nil && o.UserID != userID {
 		return Order{}, ErrNotFound
 	}
 	return o, err
 }
 
-// Cancel moves userID's order id from PENDING_PAYMENT to CANCELLED and releases its stock.
-// An order that has moved on is ErrIllegalState with the order's current state.
-func (s *Service) Cancel(ctx context.Context, userID, id int64) (Order, error) {
-	var o Order
-	err := database.Transaction(ctx, s.db, func(ctx context.Context, _ *gorm.DB) error {
-		var err error
-		if o, err = s.Get(ctx, userID, id); err != nil {
-			return err
+// Cancel moves userID's order id from PENDING_PAYMENT to CANCELLED and releases its stock, in
+// tx. An order that has moved on is ErrIllegalState with the order's current state.
+func (s *Service) Cancel(ctx context.Context, tx *gorm.DB, userID, id int64) (Order, error) {
+	o, err := s.owned(ctx, tx, userID, id)
+	if err != nil {
+		return Order{}, err
+	}
+	moved, err := s.end(ctx, tx, o, Cancelled, "order.cancelled")
+	if err != nil {
+		return Order{}, err
+	}
+	if !moved {
+		if o, err = s.orders.Current(ctx, tx, id); err != nil {
+			return Order{}, err
 		}
-		moved, err := s.end(ctx, o, Cancelled, "order.cancelled")
-		if err != nil {
-			return err
-		}
-		if !moved {
-			if o, err = s.orders.Current(ctx, id); err != nil {
-				return err
-			}
-			return ErrIllegalState.Withf("order %d is %s; only %s orders can be cancelled", id, o.Status, PendingPayment)
-		}
-		o, err = s.orders.Get(ctx, id)
-		return err
-	})
-	return o, err
+		return Order{}, ErrIllegalState.Withf("order %d is %s; only %s orders can be cancelled", id, o.Status, PendingPayment)
+	}
+	return s.orders.Get(ctx, tx, id)
 }
 
-// Close moves an expired order from PENDING_PAYMENT to CLOSED and releases its stock. It
-// reports false when the order had already moved on — paid in the meantime, say — and then
-// changes nothing (I5).
+// Close moves an expired order from PENDING_PAYMENT to CLOSED and releases its stock, in a
+// transaction of its own. It reports false when the order had already moved on — paid in
+// the meantime, say — and then changes nothing (I5).
 func (s *Service) Close(ctx context.Context, id int64) (bool, error) {
 	var moved bool
-	err := database.Transaction(ctx, s.db, func(ctx context.Context, _ *gorm.DB) error {
-		o, err := s.orders.Get(ctx, id)
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		o, err := s.orders.Get(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		moved, err = s.end(ctx, o, Closed, "order.closed")
+		moved, err = s.end(ctx, tx, o, Closed, "order.closed")
 		return err
 	})
 	return moved, err
@@ -145,50 +144,45 @@ func (s *Service) Close(ctx context.Context, id int64) (bool, error) {
 
 // end moves o to CANCELLED or CLOSED, releases its stock and writes its event, or reports
 // false when the precondition turned it away.
-func (s *Service) end(ctx context.Context, o Order, to Status, event string) (bool, error) {
-	moved, err := s.orders.Transition(ctx, o.ID, to, nil)
+func (s *Service) end(ctx context.Context, tx *gorm.DB, o Order, to Status, event string) (bool, error) {
+	moved, err := s.orders.Transition(ctx, tx, o.ID, to, nil)
 	if err != nil || !moved {
 		return false, err
 	}
-	if err := s.stock.Apply(ctx, inventory.Release, o.ID, lines(o)); err != nil {
+	o.Status = to
+	if err := s.emit(ctx, tx, o, event); err != nil {
 		return false, err
 	}
-	o.Status = to
-	return true, s.emit(ctx, o, event)
+	return true, s.stock.Apply(ctx, tx, inventory.Release, o.ID, lines(o))
 }
 
 // Pay moves order id from PENDING_PAYMENT to PAID for the channel's trade, confirms its
-// stock and writes order.paid. It reports false, changing nothing, when the order had already
-// moved on; the returned order is then its current state, for the caller to decide.
-func (s *Service) Pay(ctx context.Context, id int64, channel, tradeNo string) (bool, Order, error) {
-	var (
-		moved bool
-		o     Order
-	)
-	err := database.Transaction(ctx, s.db, func(ctx context.Context, _ *gorm.DB) error {
-		var err error
-		now := time.Now().UTC()
-		moved, err = s.orders.Transition(ctx, id, Paid, map[string]any{"channel": channel, "trade_no": tradeNo, "paid_at": now})
-		if err != nil {
-			return err
-		}
-		if o, err = s.orders.Current(ctx, id); err != nil || !moved {
-			return err
-		}
-		if err := s.stock.Apply(ctx, inventory.Confirm, o.ID, lines(o)); err != nil {
-			return err
-		}
-		return s.emit(ctx, o, "order.paid")
-	})
-	return moved, o, err
+// stock and writes order.paid, in tx. It reports false, changing nothing, when the order had
+// already moved on; the returned order is then its current state, for the caller to decide.
+func (s *Service) Pay(ctx context.Context, tx *gorm.DB, id int64, channel, tradeNo string) (bool, Order, error) {
+	now := time.Now().UTC()
+	moved, err := s.orders.Transition(ctx, tx, id, Paid, map[string]any{"channel": channel, "trade_no": tradeNo, "paid_at": now})
+	if err != nil {
+		return false, Order{}, err
+	}
+	o, err := s.orders.Current(ctx, tx, id)
+	if err != nil || !moved {
+		return false, o, err
+	}
+	if err := s.emit(ctx, tx, o, "order.paid"); err != nil {
+		return false, Order{}, err
+	}
+	return true, o, s.stock.Apply(ctx, tx, inventory.Confirm, o.ID, lines(o))
 }
 
 // Lookup returns order id whoever owns it, for the payment path.
-func (s *Service) Lookup(ctx context.Context, id int64) (Order, error) { return s.orders.Get(ctx, id) }
+func (s *Service) Lookup(ctx context.Context, id int64) (Order, error) {
+	return s.orders.Get(ctx, s.db, id)
+}
 
 // ExpiredIDs returns up to limit orders past their expiry, still unpaid.
 func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]int64, error) {
-	return s.orders.ExpiredIDs(ctx, time.Now().UTC(), limit)
+	return s.orders.ExpiredIDs(ctx, s.db, time.Now().UTC(), limit)
 }
 
 func lines(o Order) []Line {
@@ -210,9 +204,9 @@ type Event struct {
 	OccurredAt string `json:"occurred_at"`
 }
 
-// emit writes an order event to the outbox, in the same transaction as the change.
-func (s *Service) emit(ctx context.Context, o Order, typ string) error {
-	err := s.events.Add(ctx, kafka.TopicOrderEvents, ids.Format(o.ID), func(eventID int64) any {
+// emit writes an order event to the outbox, in tx, the transaction of the change.
+func (s *Service) emit(ctx context.Context, tx *gorm.DB, o Order, typ string) error {
+	err := s.events.Add(ctx, tx, kafka.TopicOrderEvents, ids.Format(o.ID), func(eventID int64) any {
 		return Event{
 			EventID: ids.Format(eventID), Type: typ, OrderID: ids.Format(o.ID), UserID: ids.Format(o.UserID),
 			Status: o.Status, Amount: o.Amount, OccurredAt: time.Now().UTC().Format(time.RFC3339Nano),

@@ -10,39 +10,37 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
-// Store reads and writes orders inside the transaction ctx carries, if any.
-type Store struct{ db *gorm.DB }
+// Store reads and writes orders. Writes take the transaction they belong to; reads take the
+// connection to read from (a transaction, or the pool).
+type Store struct{}
 
-// NewStore returns the order store on db.
-func NewStore(db *gorm.DB) *Store { return &Store{db: db} }
-
-// Insert writes a new order and its items.
-func (s *Store) Insert(ctx context.Context, o *Order) error {
-	conn := database.Conn(ctx, s.db)
-	if err := conn.Create(o).Error; err != nil {
+// Insert writes a new order and its items in tx.
+func (Store) Insert(ctx context.Context, tx *gorm.DB, o *Order) error {
+	tx = tx.WithContext(ctx)
+	if err := tx.Create(o).Error; err != nil {
 		return err
 	}
-	return conn.Create(&o.Items).Error
+	return tx.Create(&o.Items).Error
 }
 
 // Get returns order id with its items, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, id int64) (Order, error) {
-	return s.get(ctx, id, false)
+func (Store) Get(ctx context.Context, db *gorm.DB, id int64) (Order, error) {
+	return get(ctx, db, id, false)
 }
 
-// Current returns order id as it is now, with a locking read inside a transaction: the
-// answer to "why did my conditional UPDATE affect 0 rows?" (see database.ForUpdate).
-func (s *Store) Current(ctx context.Context, id int64) (Order, error) {
-	return s.get(ctx, id, true)
+// Current returns order id as it is now, with a locking read inside tx: the answer to "why
+// did my conditional UPDATE affect 0 rows?" (see database.ForUpdate).
+func (Store) Current(ctx context.Context, tx *gorm.DB, id int64) (Order, error) {
+	return get(ctx, tx, id, true)
 }
 
-func (s *Store) get(ctx context.Context, id int64, current bool) (Order, error) {
-	conn := database.Conn(ctx, s.db)
-	var o Order
+func get(ctx context.Context, db *gorm.DB, id int64, current bool) (Order, error) {
+	conn := db.WithContext(ctx)
 	q := conn
 	if current {
 		q = database.ForUpdate(conn)
 	}
+	var o Order
 	err := q.Where("id = ?", id).Take(&o).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return Order{}, ErrNotFound
@@ -55,34 +53,36 @@ func (s *Store) get(ctx context.Context, id int64, current bool) (Order, error) 
 }
 
 // Transition moves order id to status to, provided its current status is one of From(to),
-// and sets the extra columns. It reports whether the order moved: false means it had
+// and sets the extra columns, in tx. It reports whether the order moved: false means it had
 // already moved on, which callers treat as an answer, never as an error to retry blindly.
-func (s *Store) Transition(ctx context.Context, id int64, to Status, set map[string]any) (bool, error) {
+// This conditional UPDATE is the defense against I5 (a late close task closed a paid order)
+// and against a late copy of a payment moving a status backwards (I1).
+func (Store) Transition(ctx context.Context, tx *gorm.DB, id int64, to Status, set map[string]any) (bool, error) {
 	cols := map[string]any{"status": to, "updated_at": time.Now().UTC()}
 	for k, v := range set {
 		cols[k] = v
 	}
-	conn := database.Conn(ctx, s.db)
+	tx = tx.WithContext(ctx)
 	// Lock the row by primary key first. With few PENDING orders, MySQL may plan the UPDATE
 	// below as a range scan of idx_orders_status_expires, whose next-key locks let two
 	// transitions of one order deadlock. This read only locks; the UPDATE still decides.
 	var locked struct{ ID int64 }
-	if err := database.ForUpdate(conn).Model(&Order{}).Select("id").Where("id = ?", id).Take(&locked).Error; err != nil {
+	if err := database.ForUpdate(tx).Model(&Order{}).Select("id").Where("id = ?", id).Take(&locked).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return false, nil
 		}
-		return false, database.Translate(err)
+		return false, err
 	}
-	res := conn.Model(&Order{}).
+	res := tx.Model(&Order{}).
 		Where("id = ? AND status IN ?", id, From(to)).
 		Updates(cols)
-	return res.RowsAffected == 1, database.Translate(res.Error)
+	return res.RowsAffected == 1, res.Error
 }
 
 // ExpiredIDs returns up to limit ids of unpaid orders whose expires_at has passed.
-func (s *Store) ExpiredIDs(ctx context.Context, now time.Time, limit int) ([]int64, error) {
+func (Store) ExpiredIDs(ctx context.Context, db *gorm.DB, now time.Time, limit int) ([]int64, error) {
 	var ids []int64
-	err := database.Conn(ctx, s.db).Model(&Order{}).
+	err := db.WithContext(ctx).Model(&Order{}).
 		Where("status = ? AND expires_at <= ?", PendingPayment, now).
 		Order("expires_at").Limit(limit).Pluck("id", &ids).Error
 	return ids, err

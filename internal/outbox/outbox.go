@@ -12,7 +12,6 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 )
@@ -34,21 +33,21 @@ func (Message) TableName() string { return "outbox" }
 
 // Writer adds events to the outbox.
 type Writer struct {
-	db  *gorm.DB
 	ids *ids.Generator
 }
 
-// NewWriter returns an outbox writer on db.
-func NewWriter(db *gorm.DB, gen *ids.Generator) *Writer { return &Writer{db: db, ids: gen} }
+// NewWriter returns an outbox writer.
+func NewWriter(gen *ids.Generator) *Writer { return &Writer{ids: gen} }
 
-// Add writes an event for topic and key in the transaction ctx carries. The event's payload
-// is build(eventID) marshalled to JSON, so that the payload can name its own event_id.
-func (w *Writer) Add(ctx context.Context, topic, key string, build func(eventID int64) any) error {
+// Add writes an event for topic and key in tx, the transaction of the change it announces.
+// The event's payload is build(eventID) marshalled to JSON, so that the payload can name its
+// own event_id.
+func (w *Writer) Add(ctx context.Context, tx *gorm.DB, topic, key string, build func(eventID int64) any) error {
 	id := w.ids.Next()
 	payload, err := json.Marshal(build(id))
 	if err != nil {
 		return err
 	}
 	msg := Message{ID: id, Topic: topic, MsgKey: key, Payload: payload, RequestID: requestid.From(ctx), CreatedAt: time.Now().UTC()}
-	return database.Conn(ctx, w.db).Create(&msg).Error
+	return tx.WithContext(ctx).Create(&msg).Error
 }

@@ -101,10 +101,7 @@ func (c *Consumer) handle(ctx context.Context, m kafka.Message) bool {
 	}
 	req := idempotent.Request{Key: n.Key(), Fingerprint: idempotent.Fingerprint("POST", Route, m.Value)}
 	for attempt := 0; ; attempt++ {
-		res, err := c.guard.Message(ctx, req, func(ctx context.Context) (idempotent.Response, error) {
-			_, err := c.payments.Apply(ctx, n)
-			return Respond(err)
-		})
+		res, err := c.guard.Message(ctx, req, c.payments.Work(n))
 		switch {
 		case err == nil:
 			slog.InfoContext(ctx, "payment notification consumed", "trade_no", n.TradeNo, "outcome", res.Outcome,

@@ -8,7 +8,7 @@ package payment
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -16,10 +16,10 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -121,11 +121,11 @@ func NewService(db *gorm.DB, gen *ids.Generator, orders *order.Service, anomalie
 	return &Service{db: db, ids: gen, orders: orders, anomalies: anomalies}
 }
 
-// Apply applies one notification. The caller runs it inside the idempotency guard (HTTP
-// middleware or Message), so ctx carries the transaction whose dedup record was inserted
-// first. The amount mismatch anomaly is written outside Apply's own savepoint so that it
-// commits with the stored 400 answer.
-func (s *Service) Apply(ctx context.Context, n Notification) (Result, error) {
+// Apply applies one notification in tx, the guard's transaction whose dedup record on
+// channel + trade_no commits with it (I3). An amount that differs from the order's is
+// recorded as an anomaly in tx and answered ErrAmountMismatch: the caller commits the
+// anomaly with that answer (see Answer).
+func (s *Service) Apply(ctx context.Context, tx *gorm.DB, n Notification) (Result, error) {
 	if n.Status != StatusSuccess {
 		return Ignored, nil
 	}
@@ -139,45 +139,49 @@ func (s *Service) Apply(ctx context.Context, n Notification) (Result, error) {
 	}
 	if o.Amount != n.Amount {
 		detail := fmt.Sprintf("order %d costs %d, channel reported %d", o.ID, o.Amount, n.Amount)
-		if err := s.record(ctx, anomaly.AmountMismatch, o.ID, n, detail); err != nil {
+		if err := s.record(ctx, tx, anomaly.AmountMismatch, o.ID, n, detail); err != nil {
 			return "", err
 		}
 		return "", ErrAmountMismatch.Withf("%s", detail)
 	}
+	moved, current, err := s.orders.Pay(ctx, tx, orderID, n.Channel, n.TradeNo)
+	if err != nil {
+		return "", err
+	}
+	if !moved {
+		return s.refuse(ctx, tx, current, n)
+	}
+	// The payments row's unique (channel, trade_no) is the last line against one trade
+	// paying twice, whichever path its copies took (I1).
+	p := Payment{ID: s.ids.Next(), Channel: n.Channel, TradeNo: n.TradeNo, OrderID: o.ID,
+		Amount: n.Amount, Status: StatusSuccess, RequestID: requestid.From(ctx), CreatedAt: time.Now().UTC()}
+	return Applied, tx.WithContext(ctx).Create(&p).Error
+}
 
-	var result Result
-	err = database.Transaction(ctx, s.db, func(ctx context.Context, tx *gorm.DB) error {
-		moved, current, err := s.orders.Pay(ctx, orderID, n.Channel, n.TradeNo)
-		if err != nil {
-			return err
-		}
-		if moved {
-			result = Applied
-			p := Payment{ID: s.ids.Next(), Channel: n.Channel, TradeNo: n.TradeNo, OrderID: o.ID,
-				Amount: n.Amount, Status: StatusSuccess, RequestID: requestid.From(ctx), CreatedAt: time.Now().UTC()}
-			return database.Translate(tx.Create(&p).Error)
-		}
-		result, err = s.refuse(ctx, current, n)
-		return err
-	})
-	return result, err
+// Work is the guarded work of one notification, the same for the HTTP and the Kafka path so
+// that either can replay what the other stored.
+func (s *Service) Work(n Notification) idempotent.Work {
+	return func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		result, err := s.Apply(ctx, tx, n)
+		return Answer(ctx, result, err)
+	}
 }
 
 // refuse answers a notification for an order that has moved on. The channel gets success
-// either way, so that it stops retrying; what cannot be applied is kept for refund.
-func (s *Service) refuse(ctx context.Context, o order.Order, n Notification) (Result, error) {
+// either way, so that it stops retrying; what cannot be applied is kept for refund (I5).
+func (s *Service) refuse(ctx context.Context, tx *gorm.DB, o order.Order, n Notification) (Result, error) {
 	switch {
 	case o.Status == order.Paid && o.TradeNo != nil && *o.TradeNo == n.TradeNo && o.Channel != nil && *o.Channel == n.Channel:
 		return AlreadyPaid, nil
 	case o.Status == order.Paid:
-		return Refused, s.record(ctx, anomaly.DuplicatePayment, o.ID, n, fmt.Sprintf("order %d was already paid by another trade", o.ID))
+		return Refused, s.record(ctx, tx, anomaly.DuplicatePayment, o.ID, n, fmt.Sprintf("order %d was already paid by another trade", o.ID))
 	default:
-		return Refused, s.record(ctx, anomaly.PaidAfterClose, o.ID, n, fmt.Sprintf("order %d is %s; refund the payment", o.ID, o.Status))
+		return Refused, s.record(ctx, tx, anomaly.PaidAfterClose, o.ID, n, fmt.Sprintf("order %d is %s; refund the payment", o.ID, o.Status))
 	}
 }
 
-func (s *Service) record(ctx context.Context, kind string, orderID int64, n Notification, detail string) error {
-	return s.anomalies.Record(ctx, anomaly.Anomaly{
+func (s *Service) record(ctx context.Context, tx *gorm.DB, kind string, orderID int64, n Notification, detail string) error {
+	return s.anomalies.Record(ctx, tx, anomaly.Anomaly{
 		Kind: kind, OrderID: &orderID, Channel: n.Channel, TradeNo: n.TradeNo, Amount: n.Amount, Detail: detail,
 	})
 }
@@ -185,17 +189,21 @@ func (s *Service) record(ctx context.Context, kind string, orderID int64, n Noti
 // successBody is the answer channels expect, for first deliveries and duplicates alike.
 var successBody = []byte(`{"result":"success"}` + "\n")
 
-// Respond turns the outcome of Apply into the channel's answer, the same for the HTTP and the
-// Kafka path so that either can replay what the other stored. Client errors become problem
-// responses (stored and replayed); any other error is returned so that nothing is stored.
-func Respond(err error) (idempotent.Response, error) {
-	if err == nil {
-		return idempotent.Response{Status: http.StatusOK, Header: map[string]string{"Content-Type": "application/json"}, Body: successBody}, nil
+// Answer turns the outcome of Apply into the channel's answer. Success, and a refusal the
+// state precondition made (the order moved on), are 200 success so that the channel stops;
+// an amount mismatch is a 400 committed with its anomaly; any other error is returned for
+// the guard (a 4xx is stored alone after the rollback, anything else stores nothing).
+func Answer(ctx context.Context, result Result, err error) (idempotent.Response, error) {
+	switch {
+	case err == nil:
+		resp := idempotent.Response{Status: http.StatusOK, Header: map[string]string{"Content-Type": "application/json"}, Body: successBody}
+		if result == Refused || result == AlreadyPaid {
+			resp.Header["Idempotency-Outcome"] = string(idempotent.StateRejected)
+		}
+		return resp, nil
+	case errors.Is(err, ErrAmountMismatch):
+		resp, _ := idemhttp.StoredProblem(ctx, err)
+		return resp, nil
 	}
-	p := web.ProblemOf(err)
-	if p.Status >= 500 {
-		return idempotent.Response{}, err
-	}
-	body, _ := json.Marshal(p)
-	return idempotent.Response{Status: p.Status, Header: map[string]string{"Content-Type": "application/problem+json"}, Body: body}, nil
+	return idempotent.Response{}, err
 }

@@ -32,7 +32,7 @@ func (s *Server) Order(tb testing.TB, id string) order.Order {
 	if !ok {
 		tb.Fatalf("order id %q is not a snowflake", id)
 	}
-	o, err := order.NewStore(s.DB).Get(context.Background(), n)
+	o, err := order.Store{}.Get(context.Background(), s.DB, n)
 	if err != nil {
 		tb.Fatalf("order %s: %v", id, err)
 	}

@@ -1,7 +1,7 @@
 // Package database opens oncepay's gorm database — MySQL when a DSN is configured, an embedded
-// pure-Go SQLite file otherwise — applies the embedded migrations, translates driver errors into
-// sentinels, and carries a transaction through a context so that the idempotency layer and the
-// business use case it guards share one local transaction.
+// pure-Go SQLite file otherwise — applies the embedded migrations and translates driver errors
+// into sentinels. No transaction travels in a context: a use case receives its transaction
+// (*gorm.DB) as an argument, so that a reader sees where it begins and what runs inside it.
 package database
 
 import (
@@ -23,6 +23,7 @@ import (
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
+	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/migrations"
 )
 
@@ -207,35 +208,18 @@ func IsLockWaitTimeout(err error) bool {
 // IsRetryable reports whether err is (or translates to) a transaction the database aborted.
 func IsRetryable(err error) bool { return errors.Is(Translate(err), ErrRetryable) }
 
-type txKey struct{}
-
-// WithTx returns a context that carries tx, so that code called with it joins the transaction.
-func WithTx(ctx context.Context, tx *gorm.DB) context.Context {
-	return context.WithValue(ctx, txKey{}, tx)
-}
-
-// Conn returns the transaction carried by ctx, or db when there is none, bound to ctx.
-// Use cases call it so that they join a transaction the idempotency layer opened (where the
-// dedup record was inserted first, I3) and run on their own otherwise.
-func Conn(ctx context.Context, db *gorm.DB) *gorm.DB {
-	if tx, ok := ctx.Value(txKey{}).(*gorm.DB); ok {
-		return tx.WithContext(ctx)
+// Classify tells the idempotency guard what a database error means (idempotent.Config's
+// Classify): the guard itself knows no SQL driver.
+func Classify(err error) idempotent.ErrorClass {
+	switch {
+	case IsLockWaitTimeout(err):
+		return idempotent.ErrorLockWait
+	case IsDuplicateKey(err):
+		return idempotent.ErrorDuplicateKey
+	case IsRetryable(err):
+		return idempotent.ErrorAborted
 	}
-	return db.WithContext(ctx)
-}
-
-// InTx reports whether ctx carries a transaction.
-func InTx(ctx context.Context) bool {
-	_, ok := ctx.Value(txKey{}).(*gorm.DB)
-	return ok
-}
-
-// Transaction runs fn in a transaction. When ctx already carries one, fn runs in a savepoint
-// inside it, so that a failed use case undoes its own writes and nothing else.
-func Transaction(ctx context.Context, db *gorm.DB, fn func(ctx context.Context, tx *gorm.DB) error) error {
-	return Conn(ctx, db).Transaction(func(tx *gorm.DB) error {
-		return fn(WithTx(ctx, tx), tx)
-	})
+	return idempotent.ErrorOther
 }
 
 // ForUpdate makes db's next query a current, locking read on MySQL (SELECT … FOR UPDATE).

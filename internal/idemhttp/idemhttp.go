@@ -1,0 +1,210 @@
+// Package idemhttp is oncepay's HTTP adapter of internal/idempotent: it reads the
+// Idempotency-Key header, runs a decoded and validated request's work through the guard,
+// and writes the answer with the contract's headers (Idempotency-Outcome,
+// Idempotent-Replayed, Retry-After) and problem codes. The guard sees the work's error
+// directly; the transaction is the work's argument; the response is written after commit.
+//
+// A handler reads, top to bottom:
+//
+//	key, err := idemhttp.UserKey(r)            // 400 idempotency_key_missing / _invalid
+//	req, err := decodeAndValidate(r)           // 400 invalid_request, nothing stored
+//	h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+//		o, err := h.orders.Create(ctx, tx, userID, req.lines)  // the one transaction
+//		if err != nil {
+//			return idempotent.Response{}, err                  // out_of_stock: stored, replayed
+//		}
+//		return idemhttp.JSON(http.StatusCreated, ViewOf(o)), nil
+//	})
+package idemhttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/requestid"
+	"github.com/oncepay/oncepay/internal/platform/web"
+)
+
+// HTTP headers of the idempotency protocol.
+const (
+	HeaderKey      = "Idempotency-Key"
+	HeaderOutcome  = "Idempotency-Outcome"
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// BizType is the biz_type of every client key: a key names one write of one user, whatever
+// the endpoint (CONTRACT.md), so the same key on another endpoint is a mismatch (422) through
+// the fingerprint, never a second write.
+const BizType = "idempotency-key"
+
+// The client-facing errors of reading the key.
+var (
+	ErrKeyMissing = apperr.New(http.StatusBadRequest, "idempotency_key_missing", "this endpoint requires an Idempotency-Key header")
+	ErrKeyInvalid = apperr.New(http.StatusBadRequest, "idempotency_key_invalid", "Idempotency-Key must be 1..255 visible ASCII characters")
+)
+
+// statusOf maps the guard's refusals to their HTTP statuses (CONTRACT.md).
+var statusOf = map[string]int{
+	idempotent.ErrKeyInUse.Code:     http.StatusConflict,
+	idempotent.ErrKeyReused.Code:    http.StatusUnprocessableEntity,
+	idempotent.ErrTokenInvalid.Code: http.StatusBadRequest,
+	idempotent.ErrUnavailable.Code:  http.StatusServiceUnavailable,
+}
+
+// AsAppErr turns a refusal of the guard into the client-facing error with its status; any
+// other error is returned as it is.
+func AsAppErr(err error) error {
+	var e *idempotent.Error
+	if errors.As(err, &e) {
+		if status, ok := statusOf[e.Code]; ok {
+			return apperr.New(status, e.Code, e.Detail)
+		}
+	}
+	return err
+}
+
+// UserKey reads the Idempotency-Key header of an authenticated user's request, scoped to
+// that user so that two users' keys never collide.
+func UserKey(r *http.Request) (idempotent.Key, error) {
+	values, present := r.Header[HeaderKey]
+	if !present {
+		return idempotent.Key{}, ErrKeyMissing
+	}
+	k := strings.TrimSpace(values[0])
+	if len(values) != 1 || !idempotent.ValidKey(k) {
+		return idempotent.Key{}, ErrKeyInvalid
+	}
+	who, ok := web.UserScope(r)
+	if !ok {
+		return idempotent.Key{}, apperr.ErrUnauthorized
+	}
+	return idempotent.Key{Scope: who, BizType: BizType, BizKey: k}, nil
+}
+
+// Adapter answers idempotent HTTP writes through a guard.
+type Adapter struct{ guard *idempotent.Guard }
+
+// New returns the adapter of guard.
+func New(guard *idempotent.Guard) *Adapter { return &Adapter{guard: guard} }
+
+// Guard is the guard behind the adapter.
+func (a *Adapter) Guard() *idempotent.Guard { return a.guard }
+
+// Do runs work exactly once for key and writes the answer. body is the request's raw body:
+// with the method and path it is the fingerprint, so the same key with another request is
+// refused (422). A business refusal the work returns as an error (out_of_stock,
+// illegal_state) is stored and replayed like a success; an unexpected error stores nothing.
+func (a *Adapter) Do(w http.ResponseWriter, r *http.Request, key idempotent.Key, body []byte, work idempotent.Work) (idempotent.Result, error) {
+	req := idempotent.Request{
+		Key: key,
+		// The path, not the route pattern: the same key on /orders/1/cancel and
+		// /orders/2/cancel is two requests (422), never a replay of the other order's.
+		Fingerprint: idempotent.Fingerprint(r.Method, r.URL.Path, body),
+		Reject:      func(_ context.Context, err error) (idempotent.Response, bool) { return Problem(r, err) },
+	}
+	res, err := a.guard.Do(r.Context(), req, work)
+	Write(w, r, res, err)
+	return res, err
+}
+
+// Problem renders err as the stored answer of a refused request: a problem document with
+// the request's instance and request id. ok is false for errors that are not the client's
+// (5xx): those are never stored.
+func Problem(r *http.Request, err error) (idempotent.Response, bool) {
+	return problemResponse(web.ProblemFor(r, err))
+}
+
+// StoredProblem is Problem away from an HTTP request (a Kafka copy of a notification): the
+// problem document carries the request id of ctx. It is the guard's default Reject.
+func StoredProblem(ctx context.Context, err error) (idempotent.Response, bool) {
+	p := web.ProblemOf(err)
+	p.RequestID = requestid.From(ctx)
+	return problemResponse(p)
+}
+
+func problemResponse(p web.Problem) (idempotent.Response, bool) {
+	if p.Status >= 500 {
+		return idempotent.Response{}, false
+	}
+	resp := idempotent.Response{Status: p.Status, Header: map[string]string{"Content-Type": "application/problem+json"}}
+	if p.Code == "illegal_state" {
+		resp.Header[HeaderOutcome] = string(idempotent.StateRejected)
+	}
+	resp.Body, _ = json.Marshal(p)
+	resp.Body = append(resp.Body, '\n')
+	return resp, true
+}
+
+// JSON is a Response with status and v as its JSON body, plus header pairs (name, value).
+func JSON(status int, v any, header ...string) idempotent.Response {
+	body, _ := json.Marshal(v)
+	resp := idempotent.Response{Status: status, Header: map[string]string{"Content-Type": "application/json"}, Body: append(body, '\n')}
+	for i := 0; i+1 < len(header); i += 2 {
+		resp.Header[header[i]] = header[i+1]
+	}
+	return resp
+}
+
+// Write sends the answer of Guard.Do: the stored or fresh response with its outcome, or the
+// refusal as a problem response.
+func Write(w http.ResponseWriter, r *http.Request, res idempotent.Result, err error) {
+	h := w.Header()
+	if err != nil {
+		outcome := res.Outcome
+		if outcome == "" {
+			outcome = idempotent.Failed
+		}
+		h.Set(HeaderOutcome, string(outcome))
+		if outcome == idempotent.InProgress {
+			h.Set("Retry-After", "1")
+		}
+		web.WriteError(w, r, AsAppErr(err))
+		return
+	}
+	for k, v := range res.Response.Header {
+		h.Set(k, v)
+	}
+	switch {
+	case res.Outcome == idempotent.Replayed:
+		h.Set(HeaderReplayed, "true")
+		h.Set(HeaderOutcome, string(idempotent.Replayed))
+	case h.Get(HeaderOutcome) == "":
+		h.Set(HeaderOutcome, string(res.Outcome))
+	}
+	w.WriteHeader(res.Response.Status)
+	_, _ = w.Write(res.Response.Body)
+}
+
+// Reject answers a request refused before the guard ran (missing key, invalid body): the
+// problem response with Idempotency-Outcome: rejected. Nothing is stored, so a corrected
+// retry with the same key runs.
+func Reject(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set(HeaderOutcome, string(idempotent.Rejected))
+	web.WriteError(w, r, err)
+}
+
+// TokenHandler serves POST /v1/idempotency-tokens: a one-time token bound to the caller (I7),
+// to be sent back as the Idempotency-Key of the form it was issued for. Issuing cannot step
+// around Redis: without it the answer is 503 in either failure mode.
+func (a *Adapter) TokenHandler(w http.ResponseWriter, r *http.Request) {
+	who, ok := web.UserScope(r)
+	if !ok {
+		web.WriteError(w, r, apperr.ErrUnauthorized)
+		return
+	}
+	token, expires, err := a.guard.IssueToken(r.Context(), who)
+	if err != nil {
+		web.WriteError(w, r, apperr.ErrUnavailable.Withf("redis is unavailable: cannot issue a token"))
+		return
+	}
+	web.WriteJSON(w, http.StatusCreated, map[string]string{
+		"token":      token,
+		"expires_at": expires.Format(time.RFC3339),
+	})
+}

@@ -1,0 +1,138 @@
+package idempotent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Redis keys of one idempotency key share the hash tag {scope:biz_type:biz_key}, so that
+// they live in one Redis Cluster slot and one Lua script may touch them together.
+func (g *Guard) redisKey(k Key, suffix string) string {
+	return g.cfg.KeyPrefix + "idem:{" + k.String() + "}:" + suffix
+}
+
+func (g *Guard) cacheKey(k Key) string  { return g.redisKey(k, "resp") }
+func (g *Guard) leaseKey(k Key) string  { return g.redisKey(k, "lock") }
+func (g *Guard) markerKey(k Key) string { return g.redisKey(k, "msg") }
+func (g *Guard) tokenKey(token string) string {
+	return g.cfg.KeyPrefix + "idem:token:" + token
+}
+
+// cached is a finished outcome in the replay cache.
+type cached struct {
+	Fingerprint string   `json:"fp"`
+	Response    Response `json:"r"`
+}
+
+// claimScript is layers 2 and 3 in one round trip: the cached outcome if there is one,
+// otherwise the lease taken with SET NX PX and a random owner (ARGV[1]); ARGV[3] = "0" skips
+// the lease (NoLock), ARGV[4] = "0" skips the cache (NoCache).
+// Answers: {1, outcome} cached, {2} lease taken, {3} lease busy, {0} neither asked.
+var claimScript = redis.NewScript(`
+if ARGV[4] == '1' then
+  local v = redis.call('GET', KEYS[1])
+  if v then return {1, v} end
+end
+if ARGV[3] == '1' then
+  if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2} end
+  return {3}
+end
+return {0}
+`)
+
+// releaseScript fills the cache with a committed outcome (ARGV[2], unless empty, for ARGV[3]
+// ms) and deletes the lease only if it is still ours (compare-and-delete).
+var releaseScript = redis.NewScript(`
+if ARGV[2] ~= '' then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+if redis.call('GET', KEYS[2]) == ARGV[1] then return redis.call('DEL', KEYS[2]) end
+return 0
+`)
+
+// renewScript extends the lease only if it is still ours.
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+`)
+
+// claim runs layers 2 and 3: it returns the cached outcome of k, or the lease of k (nil when
+// the lock layer is off), or errLockBusy.
+func (g *Guard) claim(ctx context.Context, k Key) (*lease, *cached, error) {
+	if g.cfg.NoLock && g.cfg.NoCache {
+		return nil, nil, nil
+	}
+	if g.cfg.RedsyncLock {
+		return g.claimRedsync(ctx, k)
+	}
+	owner := randomToken()
+	reply, err := claimScript.Run(ctx, g.rdb, []string{g.cacheKey(k), g.leaseKey(k)},
+		owner, g.cfg.LockTTL.Milliseconds(), flag(!g.cfg.NoLock), flag(!g.cfg.NoCache)).Slice()
+	if err != nil {
+		return nil, nil, errors.Join(errRedisDown, err)
+	}
+	code, _ := reply[0].(int64)
+	switch code {
+	case 1:
+		raw, _ := reply[1].(string)
+		var c cached
+		if json.Unmarshal([]byte(raw), &c) != nil {
+			return nil, nil, nil // unreadable: let the dedup record answer
+		}
+		return nil, &c, nil
+	case 2:
+		return g.newLease(ctx, k, owner), nil, nil
+	case 3:
+		return nil, nil, errLockBusy
+	}
+	return nil, nil, nil
+}
+
+// claimRedsync is claim with a cache read and a redsync mutex: two round trips instead of
+// one, kept to compare the two in the bench.
+func (g *Guard) claimRedsync(ctx context.Context, k Key) (*lease, *cached, error) {
+	if !g.cfg.NoCache {
+		raw, err := g.rdb.Get(ctx, g.cacheKey(k)).Bytes()
+		switch {
+		case err == nil:
+			var c cached
+			if json.Unmarshal(raw, &c) == nil {
+				return nil, &c, nil
+			}
+		case !errors.Is(err, redis.Nil):
+			return nil, nil, errors.Join(errRedisDown, err)
+		}
+	}
+	if g.cfg.NoLock {
+		return nil, nil, nil
+	}
+	l, err := g.lockRedsync(ctx, g.leaseKey(k), k)
+	return l, nil, err
+}
+
+// cachePut stores a committed outcome for CacheTTL; failures are only counted, never fatal.
+func (g *Guard) cachePut(ctx context.Context, k Key, c *cached) {
+	raw, _ := json.Marshal(c)
+	if err := g.rdb.Set(ctx, g.cacheKey(k), raw, g.cfg.CacheTTL).Err(); err != nil {
+		g.metrics.redisErrors.WithLabelValues(string(LayerCache)).Inc()
+	}
+}
+
+// errRedisDown marks a Redis failure that the layer could not step around.
+var errRedisDown = errors.New("redis unavailable")
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
