@@ -9,7 +9,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
@@ -24,14 +23,22 @@ func TestLedgerCreditOncePerFact(t *testing.T) {
 	must(t, err)
 	ledger := account.NewLedger(db, gen)
 
-	first, err := ledger.Credit(ctx, userID, 700, account.BizTypeRecharge, "42")
+	credit := func(userID, amount int64, bizID string) (account.Entry, error) {
+		var e account.Entry
+		err := db.Transaction(func(tx *gorm.DB) (err error) {
+			e, err = ledger.Credit(ctx, tx, userID, amount, account.BizTypeRecharge, bizID)
+			return err
+		})
+		return e, err
+	}
+	first, err := credit(userID, 700, "42")
 	if err != nil || first.BalanceAfter != 700 {
 		t.Fatalf("first credit: %+v, %v", first, err)
 	}
-	if _, err := ledger.Credit(ctx, userID, 700, account.BizTypeRecharge, "42"); !errors.Is(err, account.ErrAlreadyCredited) {
+	if _, err := credit(userID, 700, "42"); !errors.Is(err, account.ErrAlreadyCredited) {
 		t.Fatalf("second credit of the same fact: %v, want ErrAlreadyCredited", err)
 	}
-	second, err := ledger.Credit(ctx, userID, 300, account.BizTypeRecharge, "43")
+	second, err := credit(userID, 300, "43")
 	if err != nil || second.BalanceAfter != 1000 {
 		t.Fatalf("credit of another fact: %+v, %v", second, err)
 	}
@@ -41,13 +48,13 @@ func TestLedgerCreditOncePerFact(t *testing.T) {
 		t.Errorf("account = %+v, want balance 1000 version 2", acct)
 	}
 	invariant(t, db)
-	if _, err := ledger.Credit(ctx, userID+1, 1, account.BizTypeRecharge, "44"); err == nil {
+	if _, err := credit(userID+1, 1, "44"); err == nil {
 		t.Errorf("credit of a user without an account succeeded")
 	}
 }
 
-// TestNotifyRollsBackWithTheCallersTransaction checks the rollback path: Notify joins the
-// transaction its context carries, so when that transaction rolls back (the guard's, on a 5xx
+// TestNotifyRollsBackWithTheCallersTransaction checks the rollback path: Notify runs in the
+// transaction it is given, so when that transaction rolls back (the guard's, on a 5xx
 // or a lost lock) the status change and the credit are gone, and a retry credits once.
 func TestNotifyRollsBackWithTheCallersTransaction(t *testing.T) {
 	db := testenv.DB(t)
@@ -56,13 +63,17 @@ func TestNotifyRollsBackWithTheCallersTransaction(t *testing.T) {
 	userID, err := account.NewUsers(db, gen).Ensure(ctx, "rollback-"+randHex(3), "k-"+randHex(6))
 	must(t, err)
 	recharges := account.NewRecharges(db, gen, account.NewLedger(db, gen), anomaly.NewRecorder(db, gen))
-	rc, err := recharges.Create(ctx, userID, 900)
+	var rc account.Recharge
+	err = db.Transaction(func(tx *gorm.DB) (err error) {
+		rc, err = recharges.Create(ctx, tx, userID, 900)
+		return err
+	})
 	must(t, err)
 	n := account.Notification{Channel: "alipay", TradeNo: "RB-1", OutTradeNo: ids.Format(rc.ID), Amount: 900, Status: account.ChannelStatusSuccess}
 
 	boom := errors.New("the caller failed after the use case")
-	err = database.Transaction(ctx, db, func(ctx context.Context, _ *gorm.DB) error {
-		outcome, err := recharges.Notify(ctx, n)
+	err = db.Transaction(func(tx *gorm.DB) error {
+		outcome, err := recharges.Notify(ctx, tx, n)
 		if err != nil || outcome != account.NotifyCredited {
 			t.Fatalf("notify inside the transaction: %s, %v", outcome, err)
 		}
@@ -79,10 +90,17 @@ func TestNotifyRollsBackWithTheCallersTransaction(t *testing.T) {
 	}
 
 	// The retry credits once; a copy after it is a duplicate.
-	if outcome, err := recharges.Notify(ctx, n); err != nil || outcome != account.NotifyCredited {
+	notify := func() (outcome account.NotifyOutcome, err error) {
+		err = db.Transaction(func(tx *gorm.DB) error {
+			outcome, err = recharges.Notify(ctx, tx, n)
+			return err
+		})
+		return outcome, err
+	}
+	if outcome, err := notify(); err != nil || outcome != account.NotifyCredited {
 		t.Fatalf("retry: %s, %v", outcome, err)
 	}
-	if outcome, err := recharges.Notify(ctx, n); err != nil || outcome != account.NotifyDuplicate {
+	if outcome, err := notify(); err != nil || outcome != account.NotifyDuplicate {
 		t.Fatalf("copy after the retry: %s, %v", outcome, err)
 	}
 	if bal, _ := recharges.Ledger().Balance(ctx, userID); bal != 900 {

@@ -21,7 +21,6 @@ import (
 
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -200,7 +199,7 @@ func (l *redisLock) credit(ctx context.Context, db *gorm.DB, rechargeID, amount 
 	return creditNaive(ctx, db, rechargeID, amount)
 }
 
-// oncepayStack is the real thing: Guard.Do (lock fast path, dedup record inserted first)
+// oncepayStack is the real thing: Guard.Do (lock fast path, dedup record in the transaction)
 // around Recharges.Notify (conditional update, ledger unique key), as POST
 // /v1/recharges/notify runs it, minus HTTP. A copy that finds the key in progress retries,
 // like a channel answered 409.
@@ -217,8 +216,8 @@ func (o *oncepayStack) credit(ctx context.Context, _ *gorm.DB, rechargeID, amoun
 		Fingerprint: idempotent.Fingerprint("POST", "/v1/recharges/notify", body),
 	}
 	for {
-		_, err := o.guard.Do(ctx, req, func(ctx context.Context) (idempotent.Response, error) {
-			if _, err := o.recharges.Notify(ctx, n); err != nil {
+		_, err := o.guard.Do(ctx, req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+			if _, err := o.recharges.Notify(ctx, tx, n); err != nil {
 				return idempotent.Response{}, err
 			}
 			return idempotent.Response{Status: 200, Body: []byte(`{"result":"success"}`)}, nil
@@ -263,7 +262,7 @@ var strategies = []strategy{
 		gen, _ := ids.New(int64(10 + i))
 		pool := se.pools[i]
 		recharges := account.NewRecharges(pool, gen, account.NewLedger(pool, gen), anomaly.NewRecorder(pool, gen))
-		guard := idempotent.New(pool, rdb, gen, idempotent.Config{}, prometheus.NewRegistry())
+		guard := idempotent.New(pool, rdb, idempotent.Config{Classify: database.Classify, NewID: gen.Next})
 		return (&oncepayStack{guard: guard, recharges: recharges}).credit
 	}},
 }

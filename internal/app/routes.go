@@ -2,11 +2,13 @@ package app
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
 	"github.com/oncepay/oncepay/internal/lab"
@@ -20,7 +22,7 @@ import (
 // Idempotency-Key or a business key through internal/idempotent).
 func (a *App) routes(metrics *web.Metrics) http.Handler {
 	r := chi.NewRouter()
-	r.Use(web.RequestID, metrics.Middleware, web.Recover, web.LimitBody)
+	r.Use(web.RequestID, idemhttp.MarkRejected(idempotentRoute), metrics.Middleware, web.Recover, web.LimitBody)
 	r.NotFound(web.NotFound)
 	r.MethodNotAllowed(web.MethodNotAllowed)
 
@@ -66,4 +68,19 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 		r.Mount("/lab", l.Routes(web.RequireUser(a.users), web.RequireAdmin(a.Config.AdminKey, a.users)))
 	}
 	return r
+}
+
+// idempotentRoute reports whether r is one of the writes with idempotency (an
+// Idempotency-Key or a notification's business key), whose every answer carries
+// Idempotency-Outcome.
+func idempotentRoute(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	switch p := r.URL.Path; p {
+	case "/v1/orders", "/v1/recharges", "/v1/payments/notify", "/v1/recharges/notify":
+		return true
+	default:
+		return strings.HasPrefix(p, "/v1/orders/") && strings.HasSuffix(p, "/cancel")
+	}
 }

@@ -170,11 +170,13 @@ func Write(w http.ResponseWriter, r *http.Request, res idempotent.Result, err er
 	for k, v := range res.Response.Header {
 		h.Set(k, v)
 	}
-	switch {
+	switch outcome, stored := res.Response.Header[HeaderOutcome]; {
 	case res.Outcome == idempotent.Replayed:
 		h.Set(HeaderReplayed, "true")
 		h.Set(HeaderOutcome, string(idempotent.Replayed))
-	case h.Get(HeaderOutcome) == "":
+	case stored:
+		h.Set(HeaderOutcome, outcome)
+	default:
 		h.Set(HeaderOutcome, string(res.Outcome))
 	}
 	w.WriteHeader(res.Response.Status)
@@ -208,3 +210,31 @@ func (a *Adapter) TokenHandler(w http.ResponseWriter, r *http.Request) {
 		"expires_at": expires.Format(time.RFC3339),
 	})
 }
+
+// MarkRejected makes every error response of the requests it matches carry
+// Idempotency-Outcome: rejected unless a layer set another outcome, so that the refusals that
+// happen before the key is read (401, 413 by Content-Length) say so too (CONTRACT.md).
+func MarkRejected(matches func(*http.Request) bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if matches(r) {
+				w = &rejectMarker{ResponseWriter: w}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+type rejectMarker struct{ http.ResponseWriter }
+
+func (m *rejectMarker) WriteHeader(status int) {
+	if status >= 400 && m.Header().Get(HeaderOutcome) == "" {
+		m.Header().Set(HeaderOutcome, string(idempotent.Rejected))
+	}
+	m.ResponseWriter.WriteHeader(status)
+}
+
+func (m *rejectMarker) Write(b []byte) (int, error) { return m.ResponseWriter.Write(b) }
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (m *rejectMarker) Unwrap() http.ResponseWriter { return m.ResponseWriter }

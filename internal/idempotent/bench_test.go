@@ -11,7 +11,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
@@ -33,20 +32,17 @@ func benchEnv(b *testing.B) *env {
 	return newEnv(b)
 }
 
-// benchWork is a typical small use case: one INSERT and one UPDATE through database.Conn,
-// so that it joins whatever transaction ctx carries.
-func benchWork(db *gorm.DB) idempotent.Work {
-	return func(ctx context.Context) (idempotent.Response, error) {
-		row := sideEffect{K: "bench"}
-		conn := database.Conn(ctx, db)
-		if err := conn.Create(&row).Error; err != nil {
-			return idempotent.Response{}, err
-		}
-		if err := conn.Model(&sideEffect{}).Where("id = ?", row.ID).Update("k", "bench-done").Error; err != nil {
-			return idempotent.Response{}, err
-		}
-		return jsonResponse(http.StatusCreated, map[string]int64{"id": row.ID}), nil
+// benchWork is a typical small use case: one INSERT and one UPDATE through the transaction
+// the work receives.
+func benchWork(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	row := sideEffect{K: "bench"}
+	if err := tx.Create(&row).Error; err != nil {
+		return idempotent.Response{}, err
 	}
+	if err := tx.Model(&sideEffect{}).Where("id = ?", row.ID).Update("k", "bench-done").Error; err != nil {
+		return idempotent.Response{}, err
+	}
+	return jsonResponse(http.StatusCreated, map[string]int64{"id": row.ID}), nil
 }
 
 // reportRate adds ops/s, the figure a capacity plan uses.
@@ -54,11 +50,10 @@ func reportRate(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
-// benchNewKeys runs work under a fresh key per operation through a guard with cfg.
+// benchNewKeys runs benchWork under a fresh key per operation through a guard with cfg.
 func benchNewKeys(b *testing.B, cfg idempotent.Config) {
 	e := benchEnv(b)
 	g := e.guard(cfg)
-	work := benchWork(e.db)
 	fingerprint := fp("/bench", `{"amount":100}`)
 	var seq atomic.Int64
 	b.SetParallelism(benchParallelism)
@@ -67,7 +62,7 @@ func benchNewKeys(b *testing.B, cfg idempotent.Config) {
 		ctx := context.Background()
 		for pb.Next() {
 			key := idempotent.Key{Scope: "user:1", BizType: "bench", BizKey: strconv.FormatInt(seq.Add(1), 10)}
-			res, err := g.Do(ctx, idempotent.Request{Key: key, Fingerprint: fingerprint}, work)
+			res, err := g.Do(ctx, idempotent.Request{Key: key, Fingerprint: fingerprint}, benchWork)
 			if err != nil || res.Outcome != idempotent.Executed {
 				b.Errorf("Do: outcome %q err %v", res.Outcome, err)
 				return
@@ -77,10 +72,23 @@ func benchNewKeys(b *testing.B, cfg idempotent.Config) {
 	reportRate(b)
 }
 
-// BenchmarkNewKeyAllLayers is the cost of a first request through every layer: cache miss,
-// lock with watchdog, dedup record inserted and completed in the work's transaction, cache
-// fill, unlock.
+// BenchmarkNewKeyAllLayers is the cost of a first request through every layer with the
+// defaults: one Lua round trip for the cache miss and the lease (watchdog armed), the work,
+// the finished dedup record inserted once after it, commit, one Lua round trip to fill the
+// cache and release.
 func BenchmarkNewKeyAllLayers(b *testing.B) { benchNewKeys(b, idempotent.Config{}) }
+
+// BenchmarkNewKeyRecordFirst is BenchmarkNewKeyAllLayers with the record inserted
+// PROCESSING before the work and completed after it: the placement the default replaced.
+func BenchmarkNewKeyRecordFirst(b *testing.B) {
+	benchNewKeys(b, idempotent.Config{RecordFirst: true})
+}
+
+// BenchmarkNewKeyRedsync is BenchmarkNewKeyAllLayers with a redsync mutex instead of the
+// one-script lease: a cache read, a lock, a cache write and an unlock.
+func BenchmarkNewKeyRedsync(b *testing.B) {
+	benchNewKeys(b, idempotent.Config{RedsyncLock: true})
+}
 
 // BenchmarkNewKeyDedupOnly is BenchmarkNewKeyAllLayers with the Redis layers off: what the
 // dedup record alone costs, to split the overhead between Redis and the database.
@@ -91,14 +99,13 @@ func BenchmarkNewKeyDedupOnly(b *testing.B) {
 // BenchmarkNewKeyNoLayers is the same work in a plain transaction: the baseline.
 func BenchmarkNewKeyNoLayers(b *testing.B) {
 	e := benchEnv(b)
-	work := benchWork(e.db)
 	b.SetParallelism(benchParallelism)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		for pb.Next() {
 			err := e.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-				_, err := work(database.WithTx(ctx, tx))
+				_, err := benchWork(ctx, tx)
 				return err
 			})
 			if err != nil {
@@ -116,15 +123,14 @@ func BenchmarkReplayFromCache(b *testing.B) {
 	g := e.guard(idempotent.Config{})
 	ctx := context.Background()
 	req := idempotent.Request{Key: idempotent.Key{Scope: "user:1", BizType: "bench", BizKey: "replay"}, Fingerprint: fp("/bench", `{}`)}
-	work := benchWork(e.db)
-	if res, err := g.Do(ctx, req, work); err != nil || res.Outcome != idempotent.Executed {
+	if res, err := g.Do(ctx, req, benchWork); err != nil || res.Outcome != idempotent.Executed {
 		b.Fatalf("first Do: outcome %q err %v", res.Outcome, err)
 	}
 	b.SetParallelism(benchParallelism)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			res, err := g.Do(ctx, req, work)
+			res, err := g.Do(ctx, req, benchWork)
 			if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerCache {
 				b.Errorf("Do: outcome %q layer %q err %v", res.Outcome, res.Layer, err)
 				return

@@ -3,8 +3,10 @@ package idempotent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -16,9 +18,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
-	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
@@ -43,20 +43,15 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 type env struct {
 	db  *gorm.DB
 	rdb *redis.Client
-	gen *ids.Generator
 }
 
-// newEnv gives the test a fresh migrated database with a side_effects table, an isolated
-// Redis and an id generator; everything is dropped when the test ends.
+// newEnv gives the test a fresh migrated database with a side_effects table and an isolated
+// Redis; everything is dropped when the test ends.
 func newEnv(tb testing.TB) *env {
 	tb.Helper()
 	db := testenv.DB(tb)
 	createSideEffects(tb, db)
-	gen, err := ids.New(1)
-	if err != nil {
-		tb.Fatalf("ids: %v", err)
-	}
-	return &env{db: db, rdb: testenv.Redis(tb).Client, gen: gen}
+	return &env{db: db, rdb: testenv.Redis(tb).Client}
 }
 
 // guard returns a guard on the env's database and Redis with cfg and its own registry.
@@ -65,9 +60,22 @@ func (e *env) guard(cfg idempotent.Config) *idempotent.Guard {
 }
 
 // guardWith is guard with another Redis client, e.g. testenv.Unreachable for Redis down.
+// Like oncepay's app, it tells the guard what a database error means with
+// database.Classify (the guard knows no SQL driver), and registers its metrics on a
+// registry of its own, so that a registration conflict would fail the test.
 func (e *env) guardWith(rdb redis.UniversalClient, cfg idempotent.Config) *idempotent.Guard {
-	return idempotent.New(e.db, rdb, e.gen, cfg, prometheus.NewRegistry())
+	if cfg.Classify == nil {
+		cfg.Classify = database.Classify
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	return idempotent.New(e.db, rdb, cfg)
 }
+
+// recordID is the id of a dedup record a test inserts itself: a random positive int63,
+// like the guard's default NewID.
+func recordID() int64 { return rand.Int64() | 1 }
 
 // sideEffect is a row of side_effects: the business effect the tests count in the database.
 type sideEffect struct {
@@ -113,22 +121,23 @@ func countRecords(tb testing.TB, db *gorm.DB, key idempotent.Key) int64 {
 	return n
 }
 
-// insertEffect writes one side_effects row for k through the transaction ctx carries (the
-// dedup transaction inside Guard.Do) and returns its id.
-func insertEffect(ctx context.Context, db *gorm.DB, k string) (int64, error) {
+// insertEffect writes one side_effects row for k through tx (inside Guard.Do, the dedup
+// transaction the work receives) and returns its id.
+func insertEffect(tx *gorm.DB, k string) (int64, error) {
 	row := sideEffect{K: k}
-	if err := database.Conn(ctx, db).Create(&row).Error; err != nil {
+	if err := tx.Create(&row).Error; err != nil {
 		return 0, err
 	}
 	return row.ID, nil
 }
 
-// effectWork is the business change of most tests: insert one side_effects row for k, sleep
-// (inside the transaction, holding it open), answer status with a JSON body naming the row.
-// The row id makes every execution's body unique, so an equal body proves a replay.
-func effectWork(db *gorm.DB, k string, sleep time.Duration, status int) idempotent.Work {
-	return func(ctx context.Context) (idempotent.Response, error) {
-		id, err := insertEffect(ctx, db, k)
+// effectWork is the business change of most tests: insert one side_effects row for k through
+// the work's transaction, sleep (inside the transaction, holding it open), answer status with
+// a JSON body naming the row. The row id makes every execution's body unique, so an equal
+// body proves a replay.
+func effectWork(k string, sleep time.Duration, status int) idempotent.Work {
+	return func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		id, err := insertEffect(tx, k)
 		if err != nil {
 			return idempotent.Response{}, err
 		}
@@ -206,9 +215,10 @@ func after(d time.Duration, fn func()) <-chan struct{} {
 }
 
 // code returns the contract's error code carried by err ("unavailable", "idempotency_key_in_use"
-// …), or "" when err is not a client-facing error.
+// …), or "" when err is not a refusal of the guard.
 func code(err error) string {
-	if e, ok := apperr.As(err); ok {
+	var e *idempotent.Error
+	if errors.As(err, &e) {
 		return e.Code
 	}
 	return ""

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,14 +13,13 @@ import (
 
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/database"
-	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
 // naiveDedup is the flow of incident I3, kept here only to show it fail: look for the dedup
 // row, run the business update (autocommit), then insert the dedup row afterwards, outside
 // that update's transaction, ignoring a duplicate-key error. The unique index catches the
 // second insert — after both updates are done.
-func naiveDedup(ctx context.Context, db *gorm.DB, gen *ids.Generator, key idempotent.Key, business time.Duration) error {
+func naiveDedup(ctx context.Context, db *gorm.DB, key idempotent.Key, business time.Duration) error {
 	var seen int64
 	err := db.WithContext(ctx).Model(&idempotent.Record{}).
 		Where("scope = ? AND biz_type = ? AND biz_key = ?", key.Scope, key.BizType, key.BizKey).
@@ -27,13 +27,13 @@ func naiveDedup(ctx context.Context, db *gorm.DB, gen *ids.Generator, key idempo
 	if err != nil || seen > 0 {
 		return err
 	}
-	if _, err := insertEffect(ctx, db, key.BizKey); err != nil {
+	if _, err := insertEffect(db.WithContext(ctx), key.BizKey); err != nil {
 		return err
 	}
 	time.Sleep(business) // the rest of the business update: a slow upstream, a few more writes
 	now := time.Now().UTC()
 	err = db.WithContext(ctx).Create(&idempotent.Record{
-		ID: gen.Next(), Scope: key.Scope, BizType: key.BizType, BizKey: key.BizKey, RequestID: "req_naive",
+		ID: recordID(), Scope: key.Scope, BizType: key.BizType, BizKey: key.BizKey, RequestID: "req_naive",
 		Fingerprint: fp("/things", `{}`), Status: idempotent.StatusCompleted, ResponseStatus: http.StatusOK,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 	}).Error
@@ -45,8 +45,10 @@ func naiveDedup(ctx context.Context, db *gorm.DB, gen *ids.Generator, key idempo
 
 // TestI3DedupRowPlacement puts I3 side by side: 50 copies of one write fired together at
 // the naive flow (dedup row after the business update, outside its transaction) apply the
-// update more than once; the same storm through Guard.Do — lock off, so only the dedup
-// record inserted first in the business transaction protects — applies it exactly once.
+// update more than once; the same storm through Guard.Do — lock and cache off, so only the
+// dedup record in the business transaction protects — applies it exactly once, whether the
+// record is inserted finished after the work (the default) or PROCESSING before it
+// (RecordFirst). What matters is the transaction, not the position in it.
 func TestI3DedupRowPlacement(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -58,7 +60,7 @@ func TestI3DedupRowPlacement(t *testing.T) {
 	for attempt := 1; attempt <= 3 && dup <= 1; attempt++ {
 		naive.BizKey = "i3-naive-" + strconv.Itoa(attempt)
 		calls := storm(copies, func(int) (idempotent.Result, error) {
-			return idempotent.Result{}, naiveDedup(ctx, e.db, e.gen, naive, 50*time.Millisecond)
+			return idempotent.Result{}, naiveDedup(ctx, e.db, naive, 50*time.Millisecond)
 		})
 		for i, c := range calls {
 			if c.err != nil {
@@ -75,18 +77,29 @@ func TestI3DedupRowPlacement(t *testing.T) {
 		t.Errorf("naive flow left %d dedup rows, want 1: the unique index held, and did not help", n)
 	}
 
-	g := e.guard(idempotent.Config{NoLock: true})
-	key := idempotent.Key{Scope: "user:1", BizType: "guarded", BizKey: "i3-guarded"}
-	req := request(key, `{}`)
-	work := effectWork(e.db, key.BizKey, 50*time.Millisecond, http.StatusOK)
-	calls := storm(copies, func(int) (idempotent.Result, error) { return g.Do(ctx, req, work) })
-	for i, c := range calls {
-		if c.err != nil && !errors.Is(c.err, idempotent.ErrKeyInUse) {
-			t.Errorf("guarded copy %d: %v", i, c.err)
+	for _, placement := range []struct {
+		name string
+		cfg  idempotent.Config
+	}{
+		{"record last", idempotent.Config{NoLock: true, NoCache: true}},
+		{"record first", idempotent.Config{NoLock: true, NoCache: true, RecordFirst: true}},
+	} {
+		g := e.guard(placement.cfg)
+		key := idempotent.Key{Scope: "user:1", BizType: "guarded", BizKey: "i3-guarded-" + strings.ReplaceAll(placement.name, " ", "-")}
+		req := request(key, `{}`)
+		work := effectWork(key.BizKey, 50*time.Millisecond, http.StatusOK)
+		calls := storm(copies, func(int) (idempotent.Result, error) { return g.Do(ctx, req, work) })
+		for i, c := range calls {
+			if c.err != nil && !errors.Is(c.err, idempotent.ErrKeyInUse) {
+				t.Errorf("%s: guarded copy %d: %v", placement.name, i, c.err)
+			}
 		}
+		if n := countEffects(t, e.db, key.BizKey); n != 1 {
+			t.Errorf("%s: Guard.Do with the dedup record in the business transaction applied the update %d times, want exactly 1", placement.name, n)
+		}
+		if n := countRecords(t, e.db, key); n != 1 {
+			t.Errorf("%s: idempotency_records rows = %d, want 1", placement.name, n)
+		}
+		t.Logf("guarded, %s: %d copies applied the business update %d time", placement.name, copies, countEffects(t, e.db, key.BizKey))
 	}
-	if n := countEffects(t, e.db, key.BizKey); n != 1 {
-		t.Errorf("Guard.Do with the dedup record first applied the update %d times, want exactly 1", n)
-	}
-	t.Logf("guarded: %d copies applied the business update %d time", copies, countEffects(t, e.db, key.BizKey))
 }

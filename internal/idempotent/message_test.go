@@ -8,14 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
 // countingWork wraps w and counts its calls, to show that a duplicate never reaches it.
 func countingWork(calls *atomic.Int32, w idempotent.Work) idempotent.Work {
-	return func(ctx context.Context) (idempotent.Response, error) {
+	return func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		calls.Add(1)
-		return w(ctx)
+		return w(ctx, tx)
 	}
 }
 
@@ -38,7 +41,7 @@ func TestMessage(t *testing.T) {
 	ctx := context.Background()
 	req := notification("T1")
 	var calls atomic.Int32
-	work := countingWork(&calls, effectWork(e.db, "paid", 0, http.StatusOK))
+	work := countingWork(&calls, effectWork("paid", 0, http.StatusOK))
 
 	res, err := g.Message(ctx, req, work)
 	if err != nil || res.Outcome != idempotent.Executed {
@@ -68,11 +71,11 @@ func TestMessageInFlight(t *testing.T) {
 	req := notification("T1")
 	first := make(chan call, 1)
 	go func() {
-		res, err := g.Message(ctx, req, effectWork(e.db, "paid", 500*time.Millisecond, http.StatusOK))
+		res, err := g.Message(ctx, req, effectWork("paid", 500*time.Millisecond, http.StatusOK))
 		first <- call{res, err}
 	}()
 	time.Sleep(150 * time.Millisecond)
-	res, err := g.Message(ctx, req, effectWork(e.db, "paid", 0, http.StatusOK))
+	res, err := g.Message(ctx, req, effectWork("paid", 0, http.StatusOK))
 	if !errors.Is(err, idempotent.ErrMessageInFlight) || res.Outcome != idempotent.InProgress {
 		t.Errorf("copy during processing: outcome %q err %v, want in_progress / ErrMessageInFlight", res.Outcome, err)
 	}
@@ -90,14 +93,10 @@ func TestMessageInFlight(t *testing.T) {
 func TestMessageFailureReleasesTheMarker(t *testing.T) {
 	tests := []struct {
 		name string
-		work func(e *env) idempotent.Work
+		work idempotent.Work
 	}{
-		{"work error", func(*env) idempotent.Work {
-			return func(context.Context) (idempotent.Response, error) { return idempotent.Response{}, errUpstream }
-		}},
-		{"5xx outcome", func(e *env) idempotent.Work {
-			return effectWork(e.db, "paid", 0, http.StatusServiceUnavailable)
-		}},
+		{"work error", func(context.Context, *gorm.DB) (idempotent.Response, error) { return idempotent.Response{}, errUpstream }},
+		{"5xx outcome", effectWork("paid", 0, http.StatusServiceUnavailable)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,13 +106,13 @@ func TestMessageFailureReleasesTheMarker(t *testing.T) {
 			ctx := context.Background()
 			req := notification("T1")
 
-			if _, err := g.Message(ctx, req, tt.work(e)); err == nil {
+			if _, err := g.Message(ctx, req, tt.work); err == nil {
 				t.Errorf("a failed delivery returned no error: the consumer would acknowledge it and lose the message")
 			}
-			if n, _ := e.rdb.Exists(ctx, idempotent.MarkerKey(req.Key)).Result(); n != 0 {
+			if n, _ := e.rdb.Exists(ctx, g.MarkerKey(req.Key)).Result(); n != 0 {
 				t.Errorf("the marker survived a failed delivery")
 			}
-			res, err := g.Message(ctx, req, effectWork(e.db, "paid", 0, http.StatusOK))
+			res, err := g.Message(ctx, req, effectWork("paid", 0, http.StatusOK))
 			if err != nil || res.Outcome != idempotent.Executed {
 				t.Fatalf("redelivery: outcome %q layer %q err %v, want executed", res.Outcome, res.Layer, err)
 			}
@@ -133,7 +132,7 @@ func TestHTTPAndMessageConverge(t *testing.T) {
 	ctx := context.Background()
 	req := notification("T1")
 	var calls atomic.Int32
-	work := countingWork(&calls, effectWork(e.db, "paid", 0, http.StatusOK))
+	work := countingWork(&calls, effectWork("paid", 0, http.StatusOK))
 
 	if res, err := g.Do(ctx, req, work); err != nil || res.Outcome != idempotent.Executed {
 		t.Fatalf("HTTP copy: outcome %q err %v, want executed", res.Outcome, err)
@@ -171,9 +170,85 @@ func TestMessageShortFingerprint(t *testing.T) {
 				t.Fatalf("Message panicked on a short fingerprint: %v", v)
 			}
 		}()
-		res, err = g.Message(context.Background(), req, effectWork(e.db, "short", 0, http.StatusOK))
+		res, err = g.Message(context.Background(), req, effectWork("short", 0, http.StatusOK))
 	}()
 	if err != nil || res.Outcome != idempotent.Executed {
 		t.Errorf("outcome %q err %v, want executed", res.Outcome, err)
+	}
+}
+
+// TestMessageRejectionIsAcknowledged: a delivery whose work is refused for good (a business
+// error that Reject renders as a stored 4xx) is acknowledged and marked done, so the broker
+// stops redelivering it; the refusal's partial writes are rolled back and a redelivery is
+// answered by the marker without running the work.
+func TestMessageRejectionIsAcknowledged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	errConflict := errors.New("trade_no belongs to another order")
+	g := e.guard(idempotent.Config{Reject: func(_ context.Context, err error) (idempotent.Response, bool) {
+		if errors.Is(err, errConflict) {
+			return jsonResponse(http.StatusUnprocessableEntity, map[string]string{"code": "trade_conflict"}), true
+		}
+		return idempotent.Response{}, false
+	}})
+	ctx := context.Background()
+	req := notification("T1")
+	var calls atomic.Int32
+	work := countingWork(&calls, func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		if _, err := insertEffect(tx, "partial"); err != nil {
+			return idempotent.Response{}, err
+		}
+		return idempotent.Response{}, errConflict
+	})
+
+	res, err := g.Message(ctx, req, work)
+	if err != nil || res.Outcome != idempotent.Executed || !errors.Is(res.Rejection, errConflict) || res.Response.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("first delivery: outcome %q status %d rejection %v err %v; want an executed, stored 422 refusal", res.Outcome, res.Response.Status, res.Rejection, err)
+	}
+	if v, _ := e.rdb.Get(ctx, g.MarkerKey(req.Key)).Result(); v != "done" {
+		t.Errorf("marker after a stored refusal = %q, want done", v)
+	}
+	res, err = g.Message(ctx, req, work)
+	if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerMessage {
+		t.Errorf("redelivery: outcome %q layer %q err %v, want replayed by the marker", res.Outcome, res.Layer, err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the work ran %d times, want 1", n)
+	}
+	if n := countEffects(t, e.db, "partial"); n != 0 {
+		t.Errorf("partial rows = %d, want 0: a refusal stored by Reject rolls the work back", n)
+	}
+}
+
+// TestMessageWithoutRedis: with Redis unreachable the marker steps aside in degrade mode and
+// the dedup record alone answers a redelivery; in reject mode the delivery is refused with
+// unavailable and must not be acknowledged.
+func TestMessageWithoutRedis(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	req := notification("T1")
+	var calls atomic.Int32
+	work := countingWork(&calls, effectWork("paid", 0, http.StatusOK))
+
+	rejecting := e.guardWith(testenv.Unreachable(t), idempotent.Config{RejectWithoutRedis: true})
+	res, err := rejecting.Message(ctx, req, work)
+	if code(err) != "unavailable" || res.Outcome != idempotent.Unavailable {
+		t.Errorf("reject mode: outcome %q err %v, want unavailable", res.Outcome, err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("reject mode ran the work %d times, want 0", n)
+	}
+
+	g := e.guardWith(testenv.Unreachable(t), idempotent.Config{})
+	if res, err := g.Message(ctx, req, work); err != nil || res.Outcome != idempotent.Executed {
+		t.Fatalf("degrade, first delivery: outcome %q err %v, want executed", res.Outcome, err)
+	}
+	res, err = g.Message(ctx, req, work)
+	if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerDedup {
+		t.Errorf("degrade, redelivery: outcome %q layer %q err %v, want replayed from the dedup record", res.Outcome, res.Layer, err)
+	}
+	if n := countEffects(t, e.db, "paid"); n != 1 {
+		t.Errorf("side_effects rows = %d, want 1", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -13,7 +14,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
 // mustExecute runs req through g and fails the test unless the work executed.
@@ -44,7 +44,7 @@ func TestKeyReusedWithAnotherRequest(t *testing.T) {
 			e := newEnv(t)
 			g := e.guard(tt.cfg)
 			key := testKey(t, "user:1", "k")
-			work := effectWork(e.db, key.BizKey, 0, http.StatusCreated)
+			work := effectWork(key.BizKey, 0, http.StatusCreated)
 			mustExecute(t, g, request(key, `{"amount":100}`), work)
 
 			res, err := g.Do(context.Background(), request(key, `{"amount":999}`), work)
@@ -71,7 +71,7 @@ func TestScopesAreIndependent(t *testing.T) {
 	g := e.guard(idempotent.Config{})
 	alice := idempotent.Key{Scope: "user:1", BizType: "test", BizKey: "same-key"}
 	bob := idempotent.Key{Scope: "user:2", BizType: "test", BizKey: "same-key"}
-	work := effectWork(e.db, "same-key", 0, http.StatusCreated)
+	work := effectWork("same-key", 0, http.StatusCreated)
 
 	a := mustExecute(t, g, request(alice, `{"amount":100}`), work)
 	b := mustExecute(t, g, request(bob, `{"amount":100}`), work)
@@ -87,8 +87,9 @@ func TestScopesAreIndependent(t *testing.T) {
 var errUpstream = errors.New("upstream failed")
 
 // TestNotStoredOutcomes: an outcome about the moment rather than the write (5xx, 401, 403,
-// 408, 429, a returned error, a panic) rolls back with the side effect and stores nothing,
-// so a retry with the same key runs again.
+// 408, 429, a returned error that no Reject renders, a panic) rolls back with the side
+// effect and stores nothing, so a retry with the same key runs again — at once: the lock of
+// the failed attempt is released too, even when its work panicked.
 func TestNotStoredOutcomes(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -99,6 +100,8 @@ func TestNotStoredOutcomes(t *testing.T) {
 		{"500", http.StatusInternalServerError, nil, false},
 		{"503", http.StatusServiceUnavailable, nil, false},
 		{"401", http.StatusUnauthorized, nil, false},
+		{"403", http.StatusForbidden, nil, false},
+		{"408", http.StatusRequestTimeout, nil, false},
 		{"429", http.StatusTooManyRequests, nil, false},
 		{"error", 0, errUpstream, false},
 		{"panic", 0, nil, true},
@@ -110,8 +113,8 @@ func TestNotStoredOutcomes(t *testing.T) {
 			g := e.guard(idempotent.Config{})
 			key := testKey(t, "user:1", "k")
 			req := request(key, `{"amount":100}`)
-			failing := func(ctx context.Context) (idempotent.Response, error) {
-				if _, err := insertEffect(ctx, e.db, key.BizKey); err != nil {
+			failing := func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+				if _, err := insertEffect(tx, key.BizKey); err != nil {
 					return idempotent.Response{}, err
 				}
 				if tt.panics {
@@ -134,9 +137,12 @@ func TestNotStoredOutcomes(t *testing.T) {
 					t.Fatalf("Do error = %v, want the work's error", err)
 				}
 			default:
-				if err != nil || res.Response.Status != tt.status {
-					t.Fatalf("Do = %d, %v; want the work's %d passed through", res.Response.Status, err, tt.status)
+				if err != nil || res.Response.Status != tt.status || res.Outcome != idempotent.Executed {
+					t.Fatalf("Do = %d %q, %v; want the work's %d passed through, executed", res.Response.Status, res.Outcome, err, tt.status)
 				}
+			}
+			if n, _ := e.rdb.Exists(context.Background(), g.LeaseKey(key), g.CacheKey(key)).Result(); n != 0 {
+				t.Errorf("after a %s the lock or a cached outcome is left in Redis (%d keys)", tt.name, n)
 			}
 			if n := countEffects(t, e.db, key.BizKey); n != 0 {
 				t.Errorf("side_effects rows = %d after a %s, want 0 (rolled back)", n, tt.name)
@@ -145,7 +151,7 @@ func TestNotStoredOutcomes(t *testing.T) {
 				t.Errorf("idempotency_records rows = %d after a %s, want 0", n, tt.name)
 			}
 
-			mustExecute(t, g, req, effectWork(e.db, key.BizKey, 0, http.StatusCreated))
+			mustExecute(t, g, req, effectWork(key.BizKey, 0, http.StatusCreated))
 			if n := countEffects(t, e.db, key.BizKey); n != 1 {
 				t.Errorf("side_effects rows = %d after the retry, want 1", n)
 			}
@@ -164,53 +170,209 @@ func doRecovering(g *idempotent.Guard, req idempotent.Request, work idempotent.W
 	return res, false, err
 }
 
-// TestBusinessRejectionIsStored: a 409 is a deterministic business answer (out_of_stock,
-// illegal_state); it is stored with what the work committed and replayed, never run again.
-// Writes the work undid in its own savepoint stay undone.
-func TestBusinessRejectionIsStored(t *testing.T) {
+// TestBusinessResponseCommitsWithTheWork: a 4xx Response returned with a nil error is a
+// deterministic business answer that must leave a trace (an anomaly recorded for refund): it
+// commits WITH the work's writes and is stored and replayed, never run again. Writes the work
+// undid in its own savepoint (a nested transaction on tx) stay undone.
+func TestBusinessResponseCommitsWithTheWork(t *testing.T) {
+	for _, placement := range []struct {
+		name string
+		cfg  idempotent.Config
+	}{
+		{"record last", idempotent.Config{NoCache: true}},
+		{"record first", idempotent.Config{NoCache: true, RecordFirst: true}},
+	} {
+		t.Run(placement.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			g := e.guard(placement.cfg)
+			key := testKey(t, "user:1", "k")
+			req := request(key, `{"sku":"SKU-1"}`)
+			var calls atomic.Int32
+			reject := countingWork(&calls, func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+				// The refusal itself is recorded (like an anomaly row): it commits with the record.
+				id, err := insertEffect(tx, "anomaly")
+				if err != nil {
+					return idempotent.Response{}, err
+				}
+				// The partial reservation is undone by its own savepoint.
+				err = tx.Transaction(func(sp *gorm.DB) error {
+					if _, err := insertEffect(sp, "reservation"); err != nil {
+						return err
+					}
+					return errOutOfStock
+				})
+				if !errors.Is(err, errOutOfStock) {
+					return idempotent.Response{}, err
+				}
+				return jsonResponse(http.StatusConflict, map[string]any{"code": "out_of_stock", "id": id}), nil
+			})
+
+			first := mustExecute(t, g, req, reject)
+			if first.Response.Status != http.StatusConflict || first.Rejection != nil {
+				t.Fatalf("first answer %d (rejection %v), want a 409 response", first.Response.Status, first.Rejection)
+			}
+			for range 3 {
+				res, err := g.Do(context.Background(), req, reject)
+				if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerDedup {
+					t.Fatalf("copy: outcome %q layer %q err %v, want replayed from the dedup record", res.Outcome, res.Layer, err)
+				}
+				if res.Response.Status != http.StatusConflict || !bytes.Equal(res.Response.Body, first.Response.Body) {
+					t.Errorf("copy answered %d %s, want 409 %s", res.Response.Status, res.Response.Body, first.Response.Body)
+				}
+			}
+			if n := countEffects(t, e.db, "anomaly"); n != 1 {
+				t.Errorf("anomaly rows = %d, want 1 (the 409 committed with its writes, once)", n)
+			}
+			if n := countEffects(t, e.db, "reservation"); n != 0 {
+				t.Errorf("reservation rows = %d, want 0 (undone by the work's savepoint)", n)
+			}
+			if placement.cfg.RecordFirst {
+				// Record first, every copy stops at the record's insert and never runs the work.
+				if n := calls.Load(); n != 1 {
+					t.Errorf("the work ran %d times with the record first, want 1", n)
+				}
+			}
+		})
+	}
+}
+
+// errOutOfStock is the business refusal of the Reject tests.
+var errOutOfStock = errors.New("out of stock")
+
+// renderOutOfStock is a Config.Reject that renders errOutOfStock as a stored 409 and refuses
+// to render anything else.
+func renderOutOfStock(_ context.Context, err error) (idempotent.Response, bool) {
+	if errors.Is(err, errOutOfStock) {
+		return jsonResponse(http.StatusConflict, map[string]string{"code": "out_of_stock"}), true
+	}
+	return idempotent.Response{}, false
+}
+
+// TestRejectionIsStoredAlone: a work error that Reject renders as a storable 4xx is a
+// deterministic business refusal. The work's transaction rolls back — its partial writes are
+// gone — and the rendered answer is stored alone; Do reports it executed with the error as
+// Result.Rejection, and every copy is replayed the same answer without running the work,
+// from the replay cache or, with the cache off, from the dedup record.
+func TestRejectionIsStoredAlone(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   idempotent.Config
+		layer idempotent.Layer
+	}{
+		{"cache on", idempotent.Config{Reject: renderOutOfStock}, idempotent.LayerCache},
+		{"cache off", idempotent.Config{Reject: renderOutOfStock, NoCache: true}, idempotent.LayerDedup},
+		{"cache off, record first", idempotent.Config{Reject: renderOutOfStock, NoCache: true, RecordFirst: true}, idempotent.LayerDedup},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			g := e.guard(tt.cfg)
+			key := testKey(t, "user:1", "k")
+			req := request(key, `{"sku":"SKU-1","quantity":3}`)
+			var calls atomic.Int32
+			work := countingWork(&calls, func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+				// Two of the three units were reserved before the third was missing.
+				for range 2 {
+					if _, err := insertEffect(tx, "reservation"); err != nil {
+						return idempotent.Response{}, err
+					}
+				}
+				return idempotent.Response{}, fmt.Errorf("reserve SKU-1: %w", errOutOfStock)
+			})
+
+			first, err := g.Do(context.Background(), req, work)
+			if err != nil || first.Outcome != idempotent.Executed || first.Layer != idempotent.LayerWork {
+				t.Fatalf("first attempt: outcome %q layer %q err %v, want executed by the work", first.Outcome, first.Layer, err)
+			}
+			if !errors.Is(first.Rejection, errOutOfStock) {
+				t.Errorf("Result.Rejection = %v, want the work's out-of-stock error", first.Rejection)
+			}
+			if first.Response.Status != http.StatusConflict || !bytes.Contains(first.Response.Body, []byte("out_of_stock")) {
+				t.Errorf("first answer %d %s, want the rendered 409", first.Response.Status, first.Response.Body)
+			}
+			if n := countEffects(t, e.db, "reservation"); n != 0 {
+				t.Errorf("reservation rows = %d after the refusal, want 0: the partial writes must roll back", n)
+			}
+			if n := countRecords(t, e.db, key); n != 1 {
+				t.Errorf("idempotency_records rows = %d, want 1: the refusal is stored", n)
+			}
+			if rec, _, _ := g.Lookup(context.Background(), key); rec.Status != idempotent.StatusCompleted || rec.ResponseStatus != http.StatusConflict {
+				t.Errorf("stored record %s %d, want COMPLETED 409", rec.Status, rec.ResponseStatus)
+			}
+
+			for i := range 3 {
+				res, err := g.Do(context.Background(), req, work)
+				if err != nil || res.Outcome != idempotent.Replayed || res.Layer != tt.layer {
+					t.Fatalf("copy %d: outcome %q layer %q err %v, want replayed from %s", i, res.Outcome, res.Layer, err, tt.layer)
+				}
+				if res.Response.Status != http.StatusConflict || !bytes.Equal(res.Response.Body, first.Response.Body) {
+					t.Errorf("copy %d answered %d %s, want 409 %s", i, res.Response.Status, res.Response.Body, first.Response.Body)
+				}
+			}
+			if n := calls.Load(); n != 1 {
+				t.Errorf("the work ran %d times, want 1", n)
+			}
+			if n := countEffects(t, e.db, "reservation"); n != 0 {
+				t.Errorf("reservation rows = %d after the copies, want 0", n)
+			}
+		})
+	}
+}
+
+// TestRejectRules: Request.Reject overrides Config.Reject; an error that Reject declines
+// (ok=false), or renders as an answer that must not be stored (5xx), is returned with
+// nothing stored, and a retry runs.
+func TestRejectRules(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	g := e.guard(idempotent.Config{NoCache: true})
-	key := testKey(t, "user:1", "k")
-	req := request(key, `{"sku":"SKU-1"}`)
-	errOutOfStock := errors.New("out of stock")
-	reject := func(ctx context.Context) (idempotent.Response, error) {
-		// The rejection itself is recorded (like an anomaly row): it commits with the record.
-		id, err := insertEffect(ctx, e.db, "rejection")
-		if err != nil {
+	g := e.guard(idempotent.Config{Reject: renderOutOfStock})
+	ctx := context.Background()
+	outOfStock := func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		if _, err := insertEffect(tx, "reservation"); err != nil {
 			return idempotent.Response{}, err
 		}
-		// The partial reservation is undone by its own savepoint.
-		err = database.Transaction(ctx, e.db, func(ctx context.Context, _ *gorm.DB) error {
-			if _, err := insertEffect(ctx, e.db, "reservation"); err != nil {
-				return err
-			}
-			return errOutOfStock
-		})
-		if !errors.Is(err, errOutOfStock) {
-			return idempotent.Response{}, err
-		}
-		return jsonResponse(http.StatusConflict, map[string]any{"code": "out_of_stock", "id": id}), nil
+		return idempotent.Response{}, errOutOfStock
 	}
 
-	first := mustExecute(t, g, req, reject)
-	if first.Response.Status != http.StatusConflict {
-		t.Fatalf("first answer %d, want 409", first.Response.Status)
+	// Declined by Config.Reject: returned as it is.
+	key := testKey(t, "user:1", "declined")
+	req := request(key, `{}`)
+	if res, err := g.Do(ctx, req, func(context.Context, *gorm.DB) (idempotent.Response, error) {
+		return idempotent.Response{}, errUpstream
+	}); !errors.Is(err, errUpstream) || res.Outcome != "" {
+		t.Errorf("declined error: outcome %q err %v, want the work's error and no outcome", res.Outcome, err)
 	}
-	for range 3 {
-		res, err := g.Do(context.Background(), req, reject)
-		if err != nil || res.Outcome != idempotent.Replayed {
-			t.Fatalf("copy: outcome %q err %v, want replayed", res.Outcome, err)
-		}
-		if res.Response.Status != http.StatusConflict || !bytes.Equal(res.Response.Body, first.Response.Body) {
-			t.Errorf("copy answered %d %s, want 409 %s", res.Response.Status, res.Response.Body, first.Response.Body)
-		}
+	if n := countRecords(t, e.db, key); n != 0 {
+		t.Errorf("a declined error stored %d records, want 0", n)
 	}
-	if n := countEffects(t, e.db, "rejection"); n != 1 {
-		t.Errorf("rejection rows = %d, want 1 (the 409 ran once)", n)
+
+	// Request.Reject renders it as a 503: not storable, so the error is returned.
+	key = testKey(t, "user:1", "unstorable")
+	req = request(key, `{}`)
+	req.Reject = func(context.Context, error) (idempotent.Response, bool) {
+		return jsonResponse(http.StatusServiceUnavailable, map[string]string{"code": "unavailable"}), true
+	}
+	if _, err := g.Do(ctx, req, outOfStock); !errors.Is(err, errOutOfStock) {
+		t.Errorf("a refusal rendered as 503: err %v, want the work's error returned", err)
+	}
+	if n := countRecords(t, e.db, key); n != 0 {
+		t.Errorf("a refusal rendered as 503 stored %d records, want 0", n)
+	}
+
+	// Request.Reject overrides Config.Reject with its own stored answer.
+	key = testKey(t, "user:1", "override")
+	req = request(key, `{}`)
+	req.Reject = func(_ context.Context, err error) (idempotent.Response, bool) {
+		return jsonResponse(http.StatusUnprocessableEntity, map[string]string{"code": "per_request"}), errors.Is(err, errOutOfStock)
+	}
+	res, err := g.Do(ctx, req, outOfStock)
+	if err != nil || res.Response.Status != http.StatusUnprocessableEntity || !errors.Is(res.Rejection, errOutOfStock) {
+		t.Errorf("Request.Reject: %d rejection %v err %v, want its 422 stored", res.Response.Status, res.Rejection, err)
 	}
 	if n := countEffects(t, e.db, "reservation"); n != 0 {
-		t.Errorf("reservation rows = %d, want 0 (undone by the work's savepoint)", n)
+		t.Errorf("reservation rows = %d, want 0", n)
 	}
 }
 
@@ -225,7 +387,7 @@ func TestCancelMidTransaction(t *testing.T) {
 	req := request(key, `{"amount":100}`)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	first := doAsync(ctx, g, req, effectWork(e.db, key.BizKey, 600*time.Millisecond, http.StatusCreated))
+	first := doAsync(ctx, g, req, effectWork(key.BizKey, 600*time.Millisecond, http.StatusCreated))
 	time.Sleep(200 * time.Millisecond)
 	cancel()
 	c := <-first
@@ -239,49 +401,63 @@ func TestCancelMidTransaction(t *testing.T) {
 	if n := countRecords(t, e.db, key); n != 0 {
 		t.Errorf("idempotency_records rows = %d after cancel, want 0", n)
 	}
-	mustExecute(t, g, req, effectWork(e.db, key.BizKey, 0, http.StatusCreated))
+	mustExecute(t, g, req, effectWork(key.BizKey, 0, http.StatusCreated))
 	if n := countEffects(t, e.db, key.BizKey); n != 1 {
 		t.Errorf("side_effects rows = %d after the retry, want 1", n)
 	}
 }
 
-// abortOnce makes the first completion of a dedup record in db fail as a deadlock would
-// (MySQL error 1213, which database.Translate calls retryable), once: a database that
-// aborts the transaction after the work ran, as InnoDB or a Galera certification failure
-// may at the last statement or at commit.
+// abortOnce makes the first write of a dedup record in db fail as a deadlock would (MySQL
+// error 1213, which database.Classify calls aborted), once: a database that aborts the
+// transaction after the work ran, as InnoDB or a Galera certification failure may at the
+// last statement. The write is the record's INSERT (the default placement) or the UPDATE
+// that completes it (RecordFirst).
 func abortOnce(t *testing.T, db *gorm.DB) *atomic.Bool {
 	t.Helper()
 	var fired atomic.Bool
-	err := db.Callback().Update().Before("gorm:update").Register("test:abort_once", func(tx *gorm.DB) {
+	inject := func(tx *gorm.DB) {
 		if tx.Statement.Table == "idempotency_records" && fired.CompareAndSwap(false, true) {
 			_ = tx.AddError(&gomysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock (injected by the test)"})
 		}
-	})
-	if err != nil {
-		t.Fatalf("register callback: %v", err)
+	}
+	if err := db.Callback().Create().Before("gorm:create").Register("test:abort_once_create", inject); err != nil {
+		t.Fatalf("register create callback: %v", err)
+	}
+	if err := db.Callback().Update().Before("gorm:update").Register("test:abort_once_update", inject); err != nil {
+		t.Fatalf("register update callback: %v", err)
 	}
 	return &fired
 }
 
 // TestDoRetriesAnAbortedTransaction: a transaction the database aborted left nothing behind,
-// so Do runs it again; the effect still happens exactly once.
+// so Do runs it again; the effect still happens exactly once, whichever placement.
 func TestDoRetriesAnAbortedTransaction(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	fired := abortOnce(t, e.db)
-	g := e.guard(idempotent.Config{})
-	key := testKey(t, "user:1", "k")
-	var calls atomic.Int32
-	work := countingWork(&calls, effectWork(e.db, key.BizKey, 0, http.StatusCreated))
+	for _, placement := range []struct {
+		name        string
+		recordFirst bool
+	}{
+		{"record last", false},
+		{"record first", true},
+	} {
+		t.Run(placement.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			fired := abortOnce(t, e.db)
+			g := e.guard(idempotent.Config{RecordFirst: placement.recordFirst})
+			key := testKey(t, "user:1", "k")
+			var calls atomic.Int32
+			work := countingWork(&calls, effectWork(key.BizKey, 0, http.StatusCreated))
 
-	mustExecute(t, g, request(key, `{}`), work)
-	if !fired.Load() || calls.Load() != 2 {
-		t.Fatalf("abort injected %v, work ran %d times; want the aborted attempt run again", fired.Load(), calls.Load())
-	}
-	if n := countEffects(t, e.db, key.BizKey); n != 1 {
-		t.Errorf("side_effects rows = %d, want 1", n)
-	}
-	if n := countRecords(t, e.db, key); n != 1 {
-		t.Errorf("idempotency_records rows = %d, want 1", n)
+			mustExecute(t, g, request(key, `{}`), work)
+			if !fired.Load() || calls.Load() != 2 {
+				t.Fatalf("abort injected %v, work ran %d times; want the aborted attempt run again", fired.Load(), calls.Load())
+			}
+			if n := countEffects(t, e.db, key.BizKey); n != 1 {
+				t.Errorf("side_effects rows = %d, want 1", n)
+			}
+			if n := countRecords(t, e.db, key); n != 1 {
+				t.Errorf("idempotency_records rows = %d, want 1", n)
+			}
+		})
 	}
 }

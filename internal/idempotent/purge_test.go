@@ -44,7 +44,7 @@ func TestPurge(t *testing.T) {
 	}
 	const viaDo = 5
 	for i := range viaDo {
-		mustExecute(t, g, request(key(i), `{}`), effectWork(e.db, "purge", 0, http.StatusCreated))
+		mustExecute(t, g, request(key(i), `{}`), effectWork("purge", 0, http.StatusCreated))
 	}
 	now := time.Now().UTC()
 	cachedEntry := fmt.Sprintf(`{"fp":%q,"r":{"status":201}}`, fp("/things", `{}`))
@@ -58,11 +58,11 @@ func TestPurge(t *testing.T) {
 	for i := viaDo; i < oldN+newN; i++ {
 		k := key(i)
 		bulk = append(bulk, idempotent.Record{
-			ID: e.gen.Next(), Scope: k.Scope, BizType: k.BizType, BizKey: k.BizKey, RequestID: "req_test",
+			ID: recordID(), Scope: k.Scope, BizType: k.BizType, BizKey: k.BizKey, RequestID: "req_test",
 			Fingerprint: fp("/things", `{}`), Status: idempotent.StatusCompleted, ResponseStatus: http.StatusCreated,
 			CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 		})
-		pipe.Set(ctx, idempotent.CacheKey(k), cachedEntry, time.Hour)
+		pipe.Set(ctx, g.CacheKey(k), cachedEntry, time.Hour)
 		if pipe.Len() == 100 {
 			flush()
 		}
@@ -103,7 +103,7 @@ func TestPurge(t *testing.T) {
 	exists := func(from, to int) int64 {
 		keys := make([]string, 0, to-from)
 		for i := from; i < to; i++ {
-			keys = append(keys, idempotent.CacheKey(key(i)))
+			keys = append(keys, g.CacheKey(key(i)))
 		}
 		n, err := e.rdb.Exists(ctx, keys...).Result()
 		if err != nil {
@@ -120,11 +120,11 @@ func TestPurge(t *testing.T) {
 
 	// A purged key is forgotten: its copy runs again (the state preconditions are what
 	// protect the business then, I6); a fresh key is still replayed.
-	res, err := g.Do(ctx, request(key(0), `{}`), effectWork(e.db, "purge", 0, http.StatusCreated))
+	res, err := g.Do(ctx, request(key(0), `{}`), effectWork("purge", 0, http.StatusCreated))
 	if err != nil || res.Outcome != idempotent.Executed {
 		t.Errorf("purged key: outcome %q layer %q err %v, want executed", res.Outcome, res.Layer, err)
 	}
-	res, err = g.Do(ctx, request(key(oldN), `{}`), effectWork(e.db, "purge", 0, http.StatusCreated))
+	res, err = g.Do(ctx, request(key(oldN), `{}`), effectWork("purge", 0, http.StatusCreated))
 	if err != nil || res.Outcome != idempotent.Replayed {
 		t.Errorf("fresh key: outcome %q err %v, want replayed", res.Outcome, err)
 	}

@@ -18,7 +18,9 @@ import (
 const stormSize = 200
 
 // TestStorm fires 200 concurrent copies of one slow write (200 ms inside the transaction)
-// and counts the business effect in the database: exactly one row, whichever layers are on.
+// and counts the business effect in the database: exactly one row, whichever layers are on
+// and wherever the dedup record is placed (inserted finished after the work, the default, or
+// PROCESSING before it with RecordFirst), with the one-script lease or a redsync mutex.
 // Every copy is answered Executed/Replayed with the first body or InProgress; 200 sequential
 // copies afterwards are all replayed with that body. With Redis unreachable in degrade mode
 // the Redis layers step aside and the dedup record alone keeps it exactly-once.
@@ -30,8 +32,13 @@ func TestStorm(t *testing.T) {
 		replayFrom idempotent.Layer // the layer that answers the sequential copies
 	}{
 		{"lock on", idempotent.Config{}, false, idempotent.LayerCache},
+		{"lock on, record first", idempotent.Config{RecordFirst: true}, false, idempotent.LayerCache},
+		{"redsync lock", idempotent.Config{RedsyncLock: true}, false, idempotent.LayerCache},
+		{"redsync lock, record first", idempotent.Config{RedsyncLock: true, RecordFirst: true}, false, idempotent.LayerCache},
 		{"no lock", idempotent.Config{NoLock: true}, false, idempotent.LayerCache},
+		{"no lock, record first", idempotent.Config{NoLock: true, RecordFirst: true}, false, idempotent.LayerCache},
 		{"redis down degrade", idempotent.Config{}, true, idempotent.LayerDedup},
+		{"redis down degrade, record first", idempotent.Config{RecordFirst: true}, true, idempotent.LayerDedup},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -45,7 +52,7 @@ func TestStorm(t *testing.T) {
 			ctx := context.Background()
 			key := testKey(t, "user:1", "storm")
 			req := request(key, `{"amount":100}`)
-			work := effectWork(e.db, key.BizKey, 200*time.Millisecond, http.StatusCreated)
+			work := effectWork(key.BizKey, stormHold(m.cfg, m.redisDown), http.StatusCreated)
 
 			began := time.Now()
 			calls := storm(stormSize, func(int) (idempotent.Result, error) { return g.Do(ctx, req, work) })
@@ -57,6 +64,9 @@ func TestStorm(t *testing.T) {
 			body := checkStormAnswers(t, calls)
 			if n := countRecords(t, e.db, key); n != 1 {
 				t.Errorf("idempotency_records rows = %d, want 1", n)
+			}
+			if rec, found, err := g.Lookup(ctx, key); err != nil || !found || rec.Status != idempotent.StatusCompleted {
+				t.Errorf("Lookup = %+v, %v, %v; want the COMPLETED record", rec.Status, found, err)
 			}
 
 			for i := range stormSize {
@@ -82,6 +92,20 @@ func TestStorm(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stormHold is how long the storm's work holds its transaction open: 200 ms, long enough for
+// every copy to overlap the first on MySQL. On SQLite every transaction takes the write lock
+// at BEGIN (IMMEDIATE), so copies never overlap inside the database whatever the hold; and
+// when no Redis lock turns the copies away and the record is inserted after the work (the
+// default placement), every copy — storm and sequential — runs the work before its insert
+// fails, one at a time: 200 ms each would be minutes of waiting that prove nothing more.
+func stormHold(cfg idempotent.Config, redisDown bool) time.Duration {
+	lockless := cfg.NoLock || redisDown
+	if !testenv.UsingMySQL() && lockless && !cfg.RecordFirst {
+		return 10 * time.Millisecond
+	}
+	return 200 * time.Millisecond
 }
 
 // checkStormAnswers checks that exactly one copy executed and every other one was replayed
@@ -123,7 +147,7 @@ func TestStormRejectWithoutRedis(t *testing.T) {
 	g := e.guardWith(testenv.Unreachable(t), idempotent.Config{RejectWithoutRedis: true})
 	key := testKey(t, "user:1", "reject")
 	req := request(key, `{"amount":100}`)
-	work := effectWork(e.db, key.BizKey, 0, http.StatusCreated)
+	work := effectWork(key.BizKey, 0, http.StatusCreated)
 
 	calls := storm(stormSize, func(int) (idempotent.Result, error) { return g.Do(context.Background(), req, work) })
 

@@ -34,7 +34,7 @@ func TestTokenLayer(t *testing.T) {
 
 	tok := issue()
 	req := request(tokenKey(alice, tok), `{"sku":"SKU-1"}`)
-	work := effectWork(e.db, "order", 0, http.StatusCreated)
+	work := effectWork("order", 0, http.StatusCreated)
 	first := mustExecute(t, g, req, work)
 
 	res, err := g.Do(ctx, req, work)
@@ -58,7 +58,7 @@ func TestTokenLayer(t *testing.T) {
 
 	tok2 := issue()
 	req2 := request(tokenKey(alice, tok2), `{"sku":"SKU-2"}`)
-	work2 := effectWork(e.db, "order2", 0, http.StatusCreated)
+	work2 := effectWork("order2", 0, http.StatusCreated)
 	calls := storm(20, func(int) (idempotent.Result, error) { return g.Do(ctx, req2, work2) })
 	checkStormAnswers(t, calls)
 	if n := countEffects(t, e.db, "order2"); n != 1 {
@@ -88,27 +88,27 @@ func TestTokenEdges(t *testing.T) {
 
 	tok := issue()
 	req := request(key(tok), `{}`)
-	if res, err := g.Do(ctx, req, effectWork(e.db, "retried", 0, http.StatusServiceUnavailable)); err != nil || res.Response.Status != http.StatusServiceUnavailable {
+	if res, err := g.Do(ctx, req, effectWork("retried", 0, http.StatusServiceUnavailable)); err != nil || res.Response.Status != http.StatusServiceUnavailable {
 		t.Fatalf("failing first attempt: %d, %v", res.Response.Status, err)
 	}
-	mustExecute(t, g, req, effectWork(e.db, "retried", 0, http.StatusCreated))
+	mustExecute(t, g, req, effectWork("retried", 0, http.StatusCreated))
 	if n := countEffects(t, e.db, "retried"); n != 1 {
 		t.Errorf("side_effects rows = %d after a failed attempt and its retry, want 1", n)
 	}
 
-	if err := e.rdb.Del(ctx, idempotent.CacheKey(key(tok)), idempotent.TokenKey(tok)).Err(); err != nil {
+	if err := e.rdb.Del(ctx, g.CacheKey(key(tok)), g.TokenKey(tok)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res, err := g.Do(ctx, req, effectWork(e.db, "retried", 0, http.StatusCreated))
+	res, err := g.Do(ctx, req, effectWork("retried", 0, http.StatusCreated))
 	if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerDedup {
 		t.Errorf("used token expired: outcome %q layer %q err %v, want replayed from the dedup record", res.Outcome, res.Layer, err)
 	}
 
 	unused := issue()
-	if err := e.rdb.Del(ctx, idempotent.TokenKey(unused)).Err(); err != nil {
+	if err := e.rdb.Del(ctx, g.TokenKey(unused)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res, err = g.Do(ctx, request(key(unused), `{}`), effectWork(e.db, "expired", 0, http.StatusCreated))
+	res, err = g.Do(ctx, request(key(unused), `{}`), effectWork("expired", 0, http.StatusCreated))
 	if !errors.Is(err, idempotent.ErrTokenInvalid) {
 		t.Errorf("token expired unused: outcome %q err %v, want token_invalid", res.Outcome, err)
 	}

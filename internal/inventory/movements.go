@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -125,30 +125,28 @@ func (m *Movements) Apply(ctx context.Context, tx *gorm.DB, kind string, orderID
 }
 
 // record inserts the movement rows of lines, skipping those that already happened, and
-// returns the lines whose movement is new.
+// returns the lines whose movement is new. One statement in the common case; a unique-key
+// violation (a repeated movement) falls back to one row at a time.
 func (m *Movements) record(tx *gorm.DB, kind string, orderID int64, lines []Line) ([]Line, error) {
 	now := time.Now().UTC()
 	rows := make([]movement, len(lines))
 	for i, l := range lines {
 		rows[i] = movement{ID: m.ids.Next(), OrderID: orderID, SKU: l.SKU, Kind: kind, Quantity: l.Quantity, CreatedAt: now}
 	}
-	res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&rows)
-	switch {
-	case res.Error != nil:
-		return nil, res.Error
-	case res.RowsAffected == int64(len(lines)):
-		return lines, nil
-	case res.RowsAffected == 0:
-		return nil, nil
+	err := tx.Create(&rows).Error
+	if err == nil || !database.IsDuplicateKey(err) {
+		return lines, err
 	}
-	// Some movements had happened before: keep the lines whose row is ours.
-	var ours []string
-	ids := make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
+	var fresh []Line
+	for i := range rows {
+		err := tx.Create(&rows[i]).Error
+		switch {
+		case database.IsDuplicateKey(err):
+			continue // this movement already happened
+		case err != nil:
+			return nil, err
+		}
+		fresh = append(fresh, lines[i])
 	}
-	if err := tx.Model(&movement{}).Where("id IN ?", ids).Pluck("sku", &ours).Error; err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(slices.Clone(lines), func(l Line) bool { return !slices.Contains(ours, l.SKU) }), nil
+	return fresh, nil
 }

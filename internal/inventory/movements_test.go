@@ -8,7 +8,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/inventory"
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
@@ -31,7 +30,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{db: db, store: inventory.NewStore(db)}
-	e.moves = inventory.NewMovements(e.store, gen)
+	e.moves = inventory.NewMovements(gen)
 	for sku, n := range map[string]int64{"A": 10, "B": 3} {
 		if _, err := e.store.Put(context.Background(), sku, 100, n); err != nil {
 			t.Fatalf("put %s: %v", sku, err)
@@ -62,8 +61,8 @@ func movements(t *testing.T, conn *gorm.DB, orderID int64) int64 {
 
 // apply runs one movement in its own transaction.
 func (e *env) apply(kind string, orderID int64, lines ...inventory.Line) error {
-	return database.Transaction(context.Background(), e.db, func(ctx context.Context, _ *gorm.DB) error {
-		return e.moves.Apply(ctx, kind, orderID, lines)
+	return e.db.Transaction(func(tx *gorm.DB) error {
+		return e.moves.Apply(context.Background(), tx, kind, orderID, lines)
 	})
 }
 
@@ -138,8 +137,8 @@ func TestApplyOutOfStockRollsBack(t *testing.T) {
 	lines := []inventory.Line{{SKU: "B", Quantity: 4}, {SKU: "A", Quantity: 5}} // B listed first on purpose
 	var insideA stock
 	var insideMoves int64
-	err := database.Transaction(context.Background(), e.db, func(ctx context.Context, tx *gorm.DB) error {
-		err := e.moves.Apply(ctx, inventory.Reserve, 7, lines)
+	err := e.db.Transaction(func(tx *gorm.DB) error {
+		err := e.moves.Apply(context.Background(), tx, inventory.Reserve, 7, lines)
 		insideA, insideMoves = stockOf(t, tx, "A"), movements(t, tx, 7)
 		return err
 	})
@@ -179,11 +178,11 @@ func TestApplySortsLines(t *testing.T) {
 func TestPrices(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	prices, err := e.moves.Prices(ctx, []inventory.Line{{SKU: "A"}, {SKU: "B"}})
+	prices, err := e.moves.Prices(ctx, e.db, []inventory.Line{{SKU: "A"}, {SKU: "B"}})
 	if err != nil || prices["A"] != 100 || prices["B"] != 100 || len(prices) != 2 {
 		t.Errorf("Prices = %v, %v; want A and B at 100", prices, err)
 	}
-	if _, err := e.moves.Prices(ctx, []inventory.Line{{SKU: "A"}, {SKU: "NOPE"}}); !errors.Is(err, inventory.ErrUnknownSKU) {
+	if _, err := e.moves.Prices(ctx, e.db, []inventory.Line{{SKU: "A"}, {SKU: "NOPE"}}); !errors.Is(err, inventory.ErrUnknownSKU) {
 		t.Errorf("Prices with an unknown SKU: %v, want unknown_sku", err)
 	}
 }

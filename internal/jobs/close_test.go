@@ -144,8 +144,8 @@ func orderService(t *testing.T, s *apptest.Server) *order.Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stock := inventory.NewMovements(inventory.NewStore(s.DB), gen)
-	return order.NewService(s.DB, gen, stock, outbox.NewWriter(s.DB, gen), s.Config.OrderTTL)
+	stock := inventory.NewMovements(gen)
+	return order.NewService(s.DB, gen, stock, outbox.NewWriter(gen), s.Config.OrderTTL)
 }
 
 // raceOrder is one order of the race and what the test did to it.

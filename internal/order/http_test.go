@@ -12,7 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/app/apptest"
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/order"
 )
@@ -30,10 +30,10 @@ func TestDoubleSubmitSequential(t *testing.T) {
 	first := apptest.Must(t, s.PostOrder(apptest.AliceKey, token, keyboard), http.StatusCreated)
 	second := apptest.Must(t, s.PostOrder(apptest.AliceKey, token, keyboard), http.StatusCreated)
 
-	if got := first.Header.Get(idempotent.HeaderOutcome); got != "executed" {
+	if got := first.Header.Get(idemhttp.HeaderOutcome); got != "executed" {
 		t.Errorf("first submission Idempotency-Outcome %q, want executed", got)
 	}
-	if got := second.Header.Get(idempotent.HeaderReplayed); got != "true" {
+	if got := second.Header.Get(idemhttp.HeaderReplayed); got != "true" {
 		t.Errorf("second submission Idempotent-Replayed %q, want true", got)
 	}
 	if !bytes.Equal(first.Body, second.Body) {
@@ -73,15 +73,15 @@ func TestDoubleSubmitConcurrent(t *testing.T) {
 	inUse, replayed := 0, 0
 	for i, r := range answers {
 		switch {
-		case r.Status == http.StatusCreated && r.Header.Get(idempotent.HeaderOutcome) == "executed":
+		case r.Status == http.StatusCreated && r.Header.Get(idemhttp.HeaderOutcome) == "executed":
 			executed = append(executed, r)
-		case r.Status == http.StatusCreated && r.Header.Get(idempotent.HeaderReplayed) == "true":
+		case r.Status == http.StatusCreated && r.Header.Get(idemhttp.HeaderReplayed) == "true":
 			replayed++
 		case r.Status == http.StatusConflict && r.Code() == "idempotency_key_in_use" && r.Header.Get("Retry-After") != "":
 			inUse++
 		default:
 			t.Errorf("copy %d: %s (outcome %q), want 201 executed, 201 replayed or 409 idempotency_key_in_use with Retry-After",
-				i, r, r.Header.Get(idempotent.HeaderOutcome))
+				i, r, r.Header.Get(idemhttp.HeaderOutcome))
 		}
 	}
 	if len(executed) != 1 {
@@ -95,8 +95,8 @@ func TestDoubleSubmitConcurrent(t *testing.T) {
 	}
 	// After the storm, the copy that was told to retry gets the first answer.
 	again := apptest.Must(t, s.PostOrder(apptest.AliceKey, token, keyboard), http.StatusCreated)
-	if again.Header.Get(idempotent.HeaderReplayed) != "true" || !bytes.Equal(again.Body, executed[0].Body) {
-		t.Errorf("retry after the storm: %s (replayed %q), want the first order replayed", again, again.Header.Get(idempotent.HeaderReplayed))
+	if again.Header.Get(idemhttp.HeaderReplayed) != "true" || !bytes.Equal(again.Body, executed[0].Body) {
+		t.Errorf("retry after the storm: %s (replayed %q), want the first order replayed", again, again.Header.Get(idemhttp.HeaderReplayed))
 	}
 	wantOrders(t, s, 1)
 	if after := s.Inventory(t, keyboard.SKU); after.Reserved != before.Reserved+keyboard.Quantity {
@@ -147,8 +147,9 @@ func wantOrders(t *testing.T, s *apptest.Server, n int64) {
 }
 
 // TestCreateRefusals sends order requests that must create nothing and checks each answer and
-// what it left: nothing when refused before the idempotency layer (no key, no user), only its
-// stored answer otherwise (a refused request under a key answers the same on retry).
+// what it left: nothing when refused before the idempotency layer (no key, no user, a body
+// that does not decode or validate), only its stored answer when the business refused it
+// (unknown SKU, out of stock: a retry under the same key answers the same).
 func TestCreateRefusals(t *testing.T) {
 	s := apptest.Start(t)
 	many := make([]apptest.Item, order.MaxItems+1)
@@ -165,14 +166,14 @@ func TestCreateRefusals(t *testing.T) {
 		code    string
 		delta   map[string]int64
 	}{
-		{"create400MalformedJSON", apptest.AliceKey, `{"items":[`, apptest.IdemKey("bad-json"), http.StatusBadRequest, "invalid_request", stored},
-		{"create400UnknownField", apptest.AliceKey, `{"items":[{"sku":"SKU-1001","quantity":1}],"coupon":"x"}`, apptest.IdemKey("bad-field"), http.StatusBadRequest, "invalid_request", stored},
-		{"create400NoItems", apptest.AliceKey, apptest.OrderBody(), apptest.IdemKey("no-items"), http.StatusBadRequest, "invalid_request", stored},
+		{"create400MalformedJSON", apptest.AliceKey, `{"items":[`, apptest.IdemKey("bad-json"), http.StatusBadRequest, "invalid_request", nil},
+		{"create400UnknownField", apptest.AliceKey, `{"items":[{"sku":"SKU-1001","quantity":1}],"coupon":"x"}`, apptest.IdemKey("bad-field"), http.StatusBadRequest, "invalid_request", nil},
+		{"create400NoItems", apptest.AliceKey, apptest.OrderBody(), apptest.IdemKey("no-items"), http.StatusBadRequest, "invalid_request", nil},
 		{"create400UnknownSKU", apptest.AliceKey, apptest.OrderBody(keyboard, apptest.Item{SKU: "SKU-NOPE", Quantity: 1}), apptest.IdemKey("unknown-sku"), http.StatusBadRequest, "unknown_sku", stored},
-		{"create400QuantityZero", apptest.AliceKey, apptest.OrderBody(apptest.Item{SKU: "SKU-1002", Quantity: 0}), apptest.IdemKey("q0"), http.StatusBadRequest, "invalid_request", stored},
-		{"create400Quantity1001", apptest.AliceKey, apptest.OrderBody(apptest.Item{SKU: "SKU-1002", Quantity: 1001}), apptest.IdemKey("q1001"), http.StatusBadRequest, "invalid_request", stored},
-		{"create400FiftyOneItems", apptest.AliceKey, apptest.OrderBody(many...), apptest.IdemKey("many"), http.StatusBadRequest, "invalid_request", stored},
-		{"create400DuplicateSKU", apptest.AliceKey, apptest.OrderBody(keyboard, keyboard), apptest.IdemKey("dup-sku"), http.StatusBadRequest, "invalid_request", stored},
+		{"create400QuantityZero", apptest.AliceKey, apptest.OrderBody(apptest.Item{SKU: "SKU-1002", Quantity: 0}), apptest.IdemKey("q0"), http.StatusBadRequest, "invalid_request", nil},
+		{"create400Quantity1001", apptest.AliceKey, apptest.OrderBody(apptest.Item{SKU: "SKU-1002", Quantity: 1001}), apptest.IdemKey("q1001"), http.StatusBadRequest, "invalid_request", nil},
+		{"create400FiftyOneItems", apptest.AliceKey, apptest.OrderBody(many...), apptest.IdemKey("many"), http.StatusBadRequest, "invalid_request", nil},
+		{"create400DuplicateSKU", apptest.AliceKey, apptest.OrderBody(keyboard, keyboard), apptest.IdemKey("dup-sku"), http.StatusBadRequest, "invalid_request", nil},
 		{"create409OutOfStock", apptest.AliceKey, apptest.OrderBody(keyboard, apptest.Item{SKU: "SKU-1003", Quantity: 6}), apptest.IdemKey("too-many"), http.StatusConflict, "out_of_stock", stored},
 		{"create400NoIdempotencyKey", apptest.AliceKey, apptest.OrderBody(keyboard), nil, http.StatusBadRequest, "idempotency_key_missing", nil},
 		{"create400InvalidIdempotencyKey", apptest.AliceKey, apptest.OrderBody(keyboard), apptest.IdemKey("has space"), http.StatusBadRequest, "idempotency_key_invalid", nil},
@@ -191,14 +192,29 @@ func TestCreateRefusals(t *testing.T) {
 			if diff := before.Diff(s.Snapshot(t)); !maps.Equal(diff, want) {
 				t.Errorf("database changed by %v, want %v", apptest.Snapshot(diff), apptest.Snapshot(want))
 			}
+			if tt.delta == nil && r.Header.Get(idemhttp.HeaderOutcome) != "rejected" {
+				t.Errorf("Idempotency-Outcome %q, want rejected", r.Header.Get(idemhttp.HeaderOutcome))
+			}
 			if tt.delta != nil {
 				again := s.Do(http.MethodPost, "/v1/orders", tt.apiKey, tt.body, tt.headers)
-				if again.Status != r.Status || again.Header.Get(idempotent.HeaderReplayed) != "true" {
+				if again.Status != r.Status || again.Header.Get(idemhttp.HeaderReplayed) != "true" {
 					t.Errorf("retry with the same key: %s (replayed %q), want the stored %d replayed",
-						again, again.Header.Get(idempotent.HeaderReplayed), r.Status)
+						again, again.Header.Get(idemhttp.HeaderReplayed), r.Status)
 				}
 			}
 		})
+	}
+}
+
+// TestCreateCorrectedRetry: a body refused before the guard stores nothing under its key, so
+// the client's corrected retry with the same key creates the order.
+func TestCreateCorrectedRetry(t *testing.T) {
+	s := apptest.Start(t)
+	bad := s.Do(http.MethodPost, "/v1/orders", apptest.AliceKey, `{"items":[{"sku":"SKU-1002","quantity":0}]}`, apptest.IdemKey("fix-me"))
+	apptest.WantProblem(t, bad, http.StatusBadRequest, "invalid_request")
+	good := s.Do(http.MethodPost, "/v1/orders", apptest.AliceKey, apptest.OrderBody(apptest.Item{SKU: "SKU-1002", Quantity: 1}), apptest.IdemKey("fix-me"))
+	if good.Status != http.StatusCreated || good.Header.Get(idemhttp.HeaderOutcome) != "executed" {
+		t.Fatalf("corrected retry: %s (outcome %q), want 201 executed", good, good.Header.Get(idemhttp.HeaderOutcome))
 	}
 }
 
@@ -305,7 +321,7 @@ func TestCancel(t *testing.T) {
 		t.Errorf("stock after cancel %+v, want it back to %+v", after, before)
 	}
 	replay := apptest.Must(t, s.Do(http.MethodPost, cancelPath, apptest.AliceKey, nil, apptest.IdemKey("cancel-1")), http.StatusOK)
-	if replay.Header.Get(idempotent.HeaderReplayed) != "true" || !bytes.Equal(replay.Body, r.Body) {
+	if replay.Header.Get(idemhttp.HeaderReplayed) != "true" || !bytes.Equal(replay.Body, r.Body) {
 		t.Errorf("same cancel again: %s, want the first answer replayed", replay)
 	}
 	again := s.Do(http.MethodPost, cancelPath, apptest.AliceKey, nil, apptest.IdemKey("cancel-2"))
@@ -341,7 +357,7 @@ func TestCancelPaid(t *testing.T) {
 
 	r := s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", apptest.AliceKey, nil, apptest.IdemKey("cancel-paid"))
 	apptest.WantProblem(t, r, http.StatusConflict, "illegal_state")
-	if got := r.Header.Get(idempotent.HeaderOutcome); got != string(idempotent.StateRejected) {
+	if got := r.Header.Get(idemhttp.HeaderOutcome); got != "state_rejected" {
 		t.Errorf("Idempotency-Outcome %q, want state_rejected", got)
 	}
 	if st := s.Order(t, o.OrderID).Status; st != order.Paid {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
@@ -192,11 +191,11 @@ func outboxDB(t *testing.T) (*gorm.DB, []int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := outbox.NewWriter(db, gen)
+	w := outbox.NewWriter(gen)
 	var got []int64
 	for i := range 3 {
 		ctx := requestid.With(context.Background(), "req-"+strconv.Itoa(i))
-		err := w.Add(ctx, kafkax.TopicOrderEvents, "key-"+strconv.Itoa(i), func(id int64) any {
+		err := w.Add(ctx, db, kafkax.TopicOrderEvents, "key-"+strconv.Itoa(i), func(id int64) any {
 			got = append(got, id)
 			return map[string]string{"event_id": strconv.FormatInt(id, 10)}
 		})
@@ -273,13 +272,13 @@ func TestAddRollsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := outbox.NewWriter(db, gen)
-	add := func(ctx context.Context) error {
-		return w.Add(ctx, kafkax.TopicOrderEvents, "k", func(id int64) any { return map[string]int64{"event_id": id} })
+	w := outbox.NewWriter(gen)
+	add := func(ctx context.Context, tx *gorm.DB) error {
+		return w.Add(ctx, tx, kafkax.TopicOrderEvents, "k", func(id int64) any { return map[string]int64{"event_id": id} })
 	}
 	errChange := errors.New("the business change failed")
-	err = database.Transaction(context.Background(), db, func(ctx context.Context, _ *gorm.DB) error {
-		if err := add(ctx); err != nil {
+	err = db.Transaction(func(tx *gorm.DB) error {
+		if err := add(context.Background(), tx); err != nil {
 			return err
 		}
 		return errChange
@@ -290,7 +289,7 @@ func TestAddRollsBack(t *testing.T) {
 	if n := len(rowsOf(t, db)); n != 0 {
 		t.Fatalf("%d outbox rows after a rollback, want 0", n)
 	}
-	if err := database.Transaction(context.Background(), db, func(ctx context.Context, _ *gorm.DB) error { return add(ctx) }); err != nil {
+	if err := db.Transaction(func(tx *gorm.DB) error { return add(context.Background(), tx) }); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(rowsOf(t, db)); n != 1 {

@@ -1,6 +1,7 @@
 package payment_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -56,33 +57,36 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// TestRespond checks the one answer both paths store: success for nil, the problem for a client
-// error (stored and replayed), and the error itself for anything else (nothing stored).
-func TestRespond(t *testing.T) {
+// TestAnswer checks the one answer both paths store: success (marked state_rejected when the
+// order had moved on), an amount mismatch committed with its anomaly as a 400, and every other
+// error handed back to the guard, which stores a client error alone and nothing else.
+func TestAnswer(t *testing.T) {
 	tests := []struct {
 		name    string
+		result  payment.Result
 		err     error
 		status  int
 		code    string
-		wantErr bool
+		outcome string
 	}{
-		{"respond200", nil, http.StatusOK, "", false},
-		{"respond400AmountMismatch", payment.ErrAmountMismatch, http.StatusBadRequest, "amount_mismatch", false},
-		{"respond404UnknownOrder", order.ErrNotFound, http.StatusNotFound, "not_found", false},
-		{"respondErrorOnInternal", errors.New("deadlock"), 0, "", true},
-		{"respondErrorOn503", apperr.ErrUnavailable, 0, "", true},
+		{"answer200Applied", payment.Applied, nil, http.StatusOK, "", ""},
+		{"answer200Refused", payment.Refused, nil, http.StatusOK, "", "state_rejected"},
+		{"answer400AmountMismatch", "", payment.ErrAmountMismatch, http.StatusBadRequest, "amount_mismatch", ""},
+		{"answerErrorOnUnknownOrder", "", order.ErrNotFound, 0, "", ""},
+		{"answerErrorOnInternal", "", errors.New("deadlock"), 0, "", ""},
+		{"answerErrorOn503", "", apperr.ErrUnavailable, 0, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := payment.Respond(tt.err)
-			if tt.wantErr {
-				if err == nil {
-					t.Fatalf("Respond(%v) = %+v, want the error back so that nothing is stored", tt.err, resp)
+			resp, err := payment.Answer(context.Background(), tt.result, tt.err)
+			if tt.status == 0 {
+				if !errors.Is(err, tt.err) {
+					t.Fatalf("Answer(%v) = %+v, %v; want the error back for the guard", tt.err, resp, err)
 				}
 				return
 			}
 			if err != nil || resp.Status != tt.status {
-				t.Fatalf("Respond(%v) = %d, %v; want %d", tt.err, resp.Status, err, tt.status)
+				t.Fatalf("Answer(%v) = %d, %v; want %d", tt.err, resp.Status, err, tt.status)
 			}
 			body := string(resp.Body)
 			if tt.code == "" && !strings.Contains(body, `"result":"success"`) {
@@ -90,6 +94,9 @@ func TestRespond(t *testing.T) {
 			}
 			if tt.code != "" && (!strings.Contains(body, `"code":"`+tt.code+`"`) || resp.Header["Content-Type"] != "application/problem+json") {
 				t.Errorf("body %s headers %v, want a problem with code %s", body, resp.Header, tt.code)
+			}
+			if got := resp.Header["Idempotency-Outcome"]; got != tt.outcome {
+				t.Errorf("stored Idempotency-Outcome %q, want %q", got, tt.outcome)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
@@ -228,164 +229,28 @@ func TestTranslateLeavesOtherErrors(t *testing.T) {
 	}
 }
 
-// TestConnWithoutTx checks that Conn runs on the pool when ctx carries no transaction, so a
-// write is visible at once.
-func TestConnWithoutTx(t *testing.T) {
-	eachDialect(t, func(t *testing.T, db *gorm.DB) {
-		ctx := context.Background()
-		if database.InTx(ctx) {
-			t.Fatal("InTx(background) = true")
-		}
-		if err := insertUser(database.Conn(ctx, db), 1, "alice"); err != nil {
-			t.Fatal(err)
-		}
-		if got := userNames(t, db); !sameNames(got, "alice") {
-			t.Errorf("users = %v, want [alice]", got)
-		}
-	})
-}
-
-// TestWithTx checks that Conn joins the transaction a context carries: its write is undone
-// with that transaction.
-func TestWithTx(t *testing.T) {
-	eachDialect(t, func(t *testing.T, db *gorm.DB) {
-		tx := db.Begin()
-		ctx := database.WithTx(context.Background(), tx)
-		if !database.InTx(ctx) {
-			t.Fatal("InTx(WithTx(...)) = false")
-		}
-		if err := insertUser(database.Conn(ctx, db), 1, "alice"); err != nil {
-			t.Fatal(err)
-		}
-		var inside int64
-		if err := database.Conn(ctx, db).Model(&user{}).Count(&inside).Error; err != nil || inside != 1 {
-			t.Fatalf("inside the transaction: count %d, err %v; want 1", inside, err)
-		}
-		if err := tx.Rollback().Error; err != nil {
-			t.Fatal(err)
-		}
-		if got := userNames(t, db); len(got) != 0 {
-			t.Errorf("users after rollback = %v, want none: Conn did not use the transaction", got)
-		}
-	})
-}
-
-// TestTransaction checks commit, rollback on error and rollback on panic.
-func TestTransaction(t *testing.T) {
-	errBusiness := errors.New("out of stock")
+// TestClassify checks what the idempotency guard is told about each kind of database error:
+// it knows no driver, so this mapping is what makes a duplicate dedup record a replay, a
+// deadlock a rerun and a lock wait "in progress".
+func TestClassify(t *testing.T) {
 	tests := []struct {
-		name    string
-		fn      func(ctx context.Context, tx *gorm.DB) error
-		wantErr error
-		panics  bool
-		want    []string
+		name string
+		err  error
+		want idempotent.ErrorClass
 	}{
-		{
-			name: "commit",
-			fn:   func(ctx context.Context, tx *gorm.DB) error { return insertUser(tx, 1, "alice") },
-			want: []string{"alice"},
-		},
-		{
-			name: "rollback on error",
-			fn: func(ctx context.Context, tx *gorm.DB) error {
-				if err := insertUser(tx, 1, "alice"); err != nil {
-					return err
-				}
-				return errBusiness
-			},
-			wantErr: errBusiness,
-		},
-		{
-			name: "rollback on panic",
-			fn: func(ctx context.Context, tx *gorm.DB) error {
-				if err := insertUser(tx, 1, "alice"); err != nil {
-					return err
-				}
-				panic("boom")
-			},
-			panics: true,
-		},
-		{
-			name: "ctx carries the transaction",
-			fn: func(ctx context.Context, _ *gorm.DB) error {
-				if !database.InTx(ctx) {
-					return errors.New("fn's ctx carries no transaction")
-				}
-				return nil
-			},
-		},
+		{"duplicate key", fmt.Errorf("insert: %w", &gomysql.MySQLError{Number: 1062, Message: "Duplicate entry"}), idempotent.ErrorDuplicateKey},
+		{"sqlite unique", errors.New("constraint failed: UNIQUE constraint failed: users.name (2067)"), idempotent.ErrorDuplicateKey},
+		{"deadlock", &gomysql.MySQLError{Number: 1213, Message: "Deadlock found"}, idempotent.ErrorAborted},
+		{"sqlite busy", errors.New("database is locked (5) (SQLITE_BUSY)"), idempotent.ErrorAborted},
+		{"lock wait timeout", &gomysql.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded"}, idempotent.ErrorLockWait},
+		{"syntax", &gomysql.MySQLError{Number: 1064, Message: "syntax error"}, idempotent.ErrorOther},
+		{"plain", errors.New("connection refused"), idempotent.ErrorOther},
 	}
-	eachDialect(t, func(t *testing.T, db *gorm.DB) {
-		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) {
-				if err := db.Exec("DELETE FROM users").Error; err != nil {
-					t.Fatal(err)
-				}
-				var err error
-				panicked := func() (p bool) {
-					defer func() { p = recover() != nil }()
-					err = database.Transaction(context.Background(), db, tt.fn)
-					return false
-				}()
-				if panicked != tt.panics {
-					t.Fatalf("panicked = %v, want %v", panicked, tt.panics)
-				}
-				if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
-					t.Errorf("Transaction = %v, want %v", err, tt.wantErr)
-				}
-				if got := userNames(t, db); !sameNames(got, tt.want...) {
-					t.Errorf("users = %v, want %v", got, tt.want)
-				}
-			})
-		}
-	})
-}
-
-// TestNestedTransaction checks that a Transaction on a ctx carrying one runs in a savepoint:
-// a failing inner use case undoes its own writes only, and the outer one decides the rest.
-func TestNestedTransaction(t *testing.T) {
-	errInner := errors.New("inner failed")
-	tests := []struct {
-		name     string
-		innerErr error
-		outerErr error
-		want     []string
-	}{
-		{"inner fails, outer commits", errInner, nil, []string{"after", "before"}},
-		{"both commit", nil, nil, []string{"after", "before", "inner"}},
-		{"inner commits, outer fails", nil, errors.New("outer failed"), nil},
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := database.Classify(tt.err); got != tt.want {
+				t.Errorf("Classify(%v) = %d, want %d", tt.err, got, tt.want)
+			}
+		})
 	}
-	eachDialect(t, func(t *testing.T, db *gorm.DB) {
-		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) {
-				if err := db.Exec("DELETE FROM users").Error; err != nil {
-					t.Fatal(err)
-				}
-				err := database.Transaction(context.Background(), db, func(ctx context.Context, tx *gorm.DB) error {
-					if err := insertUser(database.Conn(ctx, db), 1, "before"); err != nil {
-						return err
-					}
-					innerErr := database.Transaction(ctx, db, func(ctx context.Context, tx *gorm.DB) error {
-						if err := insertUser(database.Conn(ctx, db), 2, "inner"); err != nil {
-							return err
-						}
-						return tt.innerErr
-					})
-					if !errors.Is(innerErr, tt.innerErr) || (tt.innerErr == nil && innerErr != nil) {
-						return fmt.Errorf("inner Transaction = %v, want %v", innerErr, tt.innerErr)
-					}
-					if err := insertUser(database.Conn(ctx, db), 3, "after"); err != nil {
-						return err
-					}
-					return tt.outerErr
-				})
-				if !errors.Is(err, tt.outerErr) || (tt.outerErr == nil && err != nil) {
-					t.Fatalf("outer Transaction = %v, want %v", err, tt.outerErr)
-				}
-				if got := userNames(t, db); !sameNames(got, tt.want...) {
-					t.Errorf("users = %v, want %v", got, tt.want)
-				}
-			})
-		}
-	})
 }
