@@ -16,7 +16,6 @@ import (
 // the caller must not acknowledge it and should try again later.
 var ErrMessageInFlight = errors.New("a copy of this message is being processed")
 
-
 // releaseMarkerScript deletes a "processing" marker only if this consumer set it.
 var releaseMarkerScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end

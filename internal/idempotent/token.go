@@ -40,7 +40,6 @@ if v == 'used:' .. ARGV[1] then return 2 end
 return 0
 `)
 
-
 // IssueToken creates a one-time token bound to scope (the user) that lives for ttl.
 func (g *Guard) IssueToken(ctx context.Context, scope string) (token string, expiresAt time.Time, err error) {
 	var b [16]byte
