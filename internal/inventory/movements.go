@@ -29,10 +29,10 @@ type Line struct {
 	Quantity int64
 }
 
-// movement is a row of inventory_movements. Its unique (order_id, sku, kind) is the
+// Movement is a row of inventory_movements. Its unique (order_id, sku, kind) is the
 // backstop against a stock movement applied twice for one order, whichever path repeated it
 // (I1: the triple delivery deducted stock three times).
-type movement struct {
+type Movement struct {
 	ID        int64
 	OrderID   int64
 	SKU       string `gorm:"column:sku"`
@@ -41,7 +41,8 @@ type movement struct {
 	CreatedAt time.Time
 }
 
-func (movement) TableName() string { return "inventory_movements" }
+// TableName is the table of Movement.
+func (Movement) TableName() string { return "inventory_movements" }
 
 // Movements applies stock movements for orders. Every method runs in the caller's
 // transaction, next to the order change it belongs to.
@@ -93,6 +94,33 @@ func (m *Movements) Prices(ctx context.Context, tx *gorm.DB, lines []Line) (map[
 // is held for as few round trips as possible. A reservation larger than what is available is
 // ErrOutOfStock; the caller's transaction must then roll back.
 func (m *Movements) Apply(ctx context.Context, tx *gorm.DB, kind string, orderID int64, lines []Line) error {
+	if _, ok := updates[kind]; !ok {
+		return fmt.Errorf("unknown movement kind %q", kind)
+	}
+	sorted := slices.Clone(lines)
+	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
+	fresh, err := m.record(tx.WithContext(ctx), kind, orderID, sorted)
+	if err != nil {
+		return err
+	}
+	return m.Move(ctx, tx, kind, fresh)
+}
+
+// Rows returns the movement rows of kind for lines of orderID, for a caller that inserts them
+// with its other new rows (see database.Insert) and then calls Move.
+func (m *Movements) Rows(kind string, orderID int64, lines []Line) []Movement {
+	now := time.Now().UTC()
+	rows := make([]Movement, len(lines))
+	for i, l := range lines {
+		rows[i] = Movement{ID: m.ids.Next(), OrderID: orderID, SKU: l.SKU, Kind: kind, Quantity: l.Quantity, CreatedAt: now}
+	}
+	return rows
+}
+
+// Move applies the conditional stock UPDATEs of kind for lines — the contended rows — in SKU
+// order, so that two orders touching the same SKUs lock them in the same order and cannot
+// deadlock. Their movement rows must be in tx already.
+func (m *Movements) Move(ctx context.Context, tx *gorm.DB, kind string, lines []Line) error {
 	u, ok := updates[kind]
 	if !ok {
 		return fmt.Errorf("unknown movement kind %q", kind)
@@ -100,12 +128,8 @@ func (m *Movements) Apply(ctx context.Context, tx *gorm.DB, kind string, orderID
 	sorted := slices.Clone(lines)
 	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
 	tx = tx.WithContext(ctx)
-	fresh, err := m.record(tx, kind, orderID, sorted)
-	if err != nil {
-		return err
-	}
 	now := time.Now().UTC()
-	for _, l := range fresh {
+	for _, l := range sorted {
 		set := map[string]any{"version": gorm.Expr("version + 1"), "updated_at": now}
 		for col, expr := range u.set {
 			set[col] = gorm.Expr(expr, l.Quantity)
@@ -118,7 +142,7 @@ func (m *Movements) Apply(ctx context.Context, tx *gorm.DB, kind string, orderID
 			if kind == Reserve {
 				return ErrOutOfStock.Withf("not enough %s in stock for %d", l.SKU, l.Quantity)
 			}
-			return fmt.Errorf("inventory %s of %d %s for order %d: precondition failed", kind, l.Quantity, l.SKU, orderID)
+			return fmt.Errorf("inventory %s of %d %s: precondition failed", kind, l.Quantity, l.SKU)
 		}
 	}
 	return nil
@@ -128,11 +152,7 @@ func (m *Movements) Apply(ctx context.Context, tx *gorm.DB, kind string, orderID
 // returns the lines whose movement is new. One statement in the common case; a unique-key
 // violation (a repeated movement) falls back to one row at a time.
 func (m *Movements) record(tx *gorm.DB, kind string, orderID int64, lines []Line) ([]Line, error) {
-	now := time.Now().UTC()
-	rows := make([]movement, len(lines))
-	for i, l := range lines {
-		rows[i] = movement{ID: m.ids.Next(), OrderID: orderID, SKU: l.SKU, Kind: kind, Quantity: l.Quantity, CreatedAt: now}
-	}
+	rows := m.Rows(kind, orderID, lines)
 	err := tx.Create(&rows).Error
 	if err == nil || !database.IsDuplicateKey(err) {
 		return lines, err

@@ -10,6 +10,7 @@ import (
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
 )
@@ -84,13 +85,16 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines [
 	if o.Amount > MaxAmount {
 		return Order{}, apperr.ErrInvalidRequest.Withf("the order's total %d exceeds 10^10 cents", o.Amount)
 	}
-	if err := s.orders.Insert(ctx, tx, &o); err != nil {
+	event, err := s.events.Event(ctx, kafka.TopicOrderEvents, ids.Format(o.ID), eventOf(o, "order.created"))
+	if err != nil {
 		return Order{}, err
 	}
-	if err := s.emit(ctx, tx, o, "order.created"); err != nil {
+	// The new rows in one round trip — the order, its items, its event, its stock movements
+	// (whose unique key stops a second reservation, I1) — then the contended stock rows last.
+	if err := database.Insert(ctx, tx, &o, &o.Items, event, s.stock.Rows(inventory.Reserve, o.ID, lines)); err != nil {
 		return Order{}, err
 	}
-	return o, s.stock.Apply(ctx, tx, inventory.Reserve, o.ID, lines)
+	return o, s.stock.Move(ctx, tx, inventory.Reserve, lines)
 }
 
 // Get returns order id if it belongs to userID; another user's order is ErrNotFound.
@@ -206,14 +210,18 @@ type Event struct {
 
 // emit writes an order event to the outbox, in tx, the transaction of the change.
 func (s *Service) emit(ctx context.Context, tx *gorm.DB, o Order, typ string) error {
-	err := s.events.Add(ctx, tx, kafka.TopicOrderEvents, ids.Format(o.ID), func(eventID int64) any {
+	if err := s.events.Add(ctx, tx, kafka.TopicOrderEvents, ids.Format(o.ID), eventOf(o, typ)); err != nil {
+		return fmt.Errorf("outbox %s: %w", typ, err)
+	}
+	return nil
+}
+
+// eventOf builds the order.events value of o for the outbox.
+func eventOf(o Order, typ string) func(eventID int64) any {
+	return func(eventID int64) any {
 		return Event{
 			EventID: ids.Format(eventID), Type: typ, OrderID: ids.Format(o.ID), UserID: ids.Format(o.UserID),
 			Status: o.Status, Amount: o.Amount, OccurredAt: time.Now().UTC().Format(time.RFC3339Nano),
 		}
-	})
-	if err != nil {
-		return fmt.Errorf("outbox %s: %w", typ, err)
 	}
-	return nil
 }

@@ -14,15 +14,6 @@ import (
 // connection to read from (a transaction, or the pool).
 type Store struct{}
 
-// Insert writes a new order and its items in tx.
-func (Store) Insert(ctx context.Context, tx *gorm.DB, o *Order) error {
-	tx = tx.WithContext(ctx)
-	if err := tx.Create(o).Error; err != nil {
-		return err
-	}
-	return tx.Create(&o.Items).Error
-}
-
 // Get returns order id with its items, or ErrNotFound.
 func (Store) Get(ctx context.Context, db *gorm.DB, id int64) (Order, error) {
 	return get(ctx, db, id, false)

@@ -43,11 +43,20 @@ func NewWriter(gen *ids.Generator) *Writer { return &Writer{ids: gen} }
 // The event's payload is build(eventID) marshalled to JSON, so that the payload can name its
 // own event_id.
 func (w *Writer) Add(ctx context.Context, tx *gorm.DB, topic, key string, build func(eventID int64) any) error {
-	id := w.ids.Next()
-	payload, err := json.Marshal(build(id))
+	msg, err := w.Event(ctx, topic, key, build)
 	if err != nil {
 		return err
 	}
-	msg := Message{ID: id, Topic: topic, MsgKey: key, Payload: payload, RequestID: requestid.From(ctx), CreatedAt: time.Now().UTC()}
-	return tx.WithContext(ctx).Create(&msg).Error
+	return tx.WithContext(ctx).Create(msg).Error
+}
+
+// Event returns the outbox row of an event without writing it, for a caller that inserts it
+// with its other new rows in one round trip (see database.Insert).
+func (w *Writer) Event(ctx context.Context, topic, key string, build func(eventID int64) any) (*Message, error) {
+	id := w.ids.Next()
+	payload, err := json.Marshal(build(id))
+	if err != nil {
+		return nil, err
+	}
+	return &Message{ID: id, Topic: topic, MsgKey: key, Payload: payload, RequestID: requestid.From(ctx), CreatedAt: time.Now().UTC()}, nil
 }
