@@ -212,6 +212,13 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		workCtx = l.ctx
 	}
 
+	defer func() {
+		if p := recover(); p != nil {
+			g.finish(ctx, req, l, Result{}) // a panicking work must not hold the lease
+			panic(p)
+		}
+	}()
+
 	if g.cfg.BeforeWork != nil {
 		if err := g.cfg.BeforeWork(workCtx, req.Key); err != nil {
 			g.finish(ctx, req, l, Result{})
