@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 PKGS  := ./...
 
-.PHONY: run test build migrate lint fmt-check vet staticcheck compose-up drill bench
+.PHONY: run test build migrate lint fmt-check tidy-check vet staticcheck compose-up drill bench
 
 ## run: build and start the server on :8080 with every dependency embedded.
 run: build
@@ -22,8 +22,11 @@ build:
 migrate:
 	$(GO) run ./cmd/oncepay migrate
 
-## lint: gofmt, go vet and staticcheck.
-lint: fmt-check vet staticcheck
+## lint: gofmt, go mod tidy, go vet and staticcheck.
+lint: fmt-check tidy-check vet staticcheck
+
+tidy-check:
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
