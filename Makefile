@@ -42,9 +42,10 @@ staticcheck:
 drill: build
 	./scripts/drill.sh
 
-## bench: the idempotency benchmarks (set ONCEPAY_TEST_MYSQL_DSN and ONCEPAY_TEST_REDIS_ADDR).
+## bench: the guard side by side with a bare handler and gofiber, 3 runs and their medians
+## (set ONCEPAY_TEST_MYSQL_DSN and ONCEPAY_TEST_REDIS_ADDR; see bench/README.md).
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3s ./internal/idempotent/
+	cd bench && $(GO) run . -runs 3
 
 ## compose-up: MySQL 8, Redis 7, Kafka (KRaft) and the app, wired by env vars.
 compose-up:

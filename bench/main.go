@@ -1,0 +1,143 @@
+// Command bench measures what oncepay's idempotency guard costs over the same order
+// transaction served without it, and compares it with gofiber's idempotency middleware.
+//
+// Every variant runs in this one process, one after the other, against HTTP servers on
+// random ports of 127.0.0.1, on the same MySQL database and Redis: ratios are computed
+// within one run, so that the load on the shared machine changes them as little as
+// possible. README.md says how to run it and how to read the tables.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"regexp"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// The environment variables the bench needs; they are the ones oncepay's tests use.
+const (
+	envMySQLDSN  = "ONCEPAY_TEST_MYSQL_DSN"
+	envRedisAddr = "ONCEPAY_TEST_REDIS_ADDR"
+)
+
+// options are the command-line flags.
+type options struct {
+	concurrency int
+	duration    time.Duration
+	runs        int
+	only        *regexp.Regexp
+	stormSize   int
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if missing := missingEnv(); len(missing) > 0 {
+		for _, m := range missing {
+			fmt.Fprintln(os.Stderr, "bench: "+m)
+		}
+		os.Exit(2)
+	}
+	// The guard writes one info line per attempt; the bench keeps warnings only, as
+	// oncepay's tests do, so that the tables stay readable.
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opts, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags reads the command line.
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var o options
+	only := fs.String("only", "", "regexp selecting the variants and storms to run (default: all)")
+	fs.IntVar(&o.concurrency, "c", 16, "concurrent client connections per variant")
+	fs.DurationVar(&o.duration, "d", 5*time.Second, "measured duration of each variant")
+	fs.IntVar(&o.runs, "runs", 1, "runs of every variant; with more than one the medians are printed too")
+	fs.IntVar(&o.stormSize, "storm", 1000, "concurrent copies of one key in each storm")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.concurrency < 1 || o.duration <= 0 || o.runs < 1 || o.stormSize < 1 {
+		return o, fmt.Errorf("bench: -c, -d, -runs and -storm must be positive")
+	}
+	re, err := regexp.Compile(*only)
+	if err != nil {
+		return o, fmt.Errorf("bench: -only: %w", err)
+	}
+	o.only = re
+	return o, nil
+}
+
+// missingEnv names each required environment variable that is not set.
+func missingEnv() []string {
+	var missing []string
+	if os.Getenv(envMySQLDSN) == "" {
+		missing = append(missing, envMySQLDSN+" is not set: a go-sql-driver DSN such as root:@tcp(127.0.0.1:3306)/?parseTime=true&loc=UTC")
+	}
+	if os.Getenv(envRedisAddr) == "" {
+		missing = append(missing, envRedisAddr+" is not set: host:port of a Redis such as 127.0.0.1:6379")
+	}
+	return missing
+}
+
+// run sets the environment up, runs the selected variants and then the selected storms
+// opts.runs times, prints each run's tables and, with several runs, the medians, and tears
+// the environment down whatever happened.
+func run(ctx context.Context, opts options, out io.Writer) error {
+	variants := selectVariants(allVariants(), opts.only)
+	storms := selectStorms(allStorms(), opts.only)
+	if len(variants) == 0 && len(storms) == 0 {
+		return fmt.Errorf("-only %q selects nothing", opts.only)
+	}
+	e, err := newEnv(ctx, os.Getenv(envMySQLDSN), os.Getenv(envRedisAddr))
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	fmt.Fprintf(out, "bench: database %s, redis prefix %s, -c %d, -d %s, %d run(s), GOMAXPROCS %d\n\n",
+		e.dbName, e.prefix, opts.concurrency, opts.duration, opts.runs, runtime.GOMAXPROCS(0))
+
+	var (
+		runs      [][]row
+		stormRuns [][]stormResult
+	)
+	for i := range opts.runs {
+		fmt.Fprintf(out, "run %d of %d\n", i+1, opts.runs)
+		if len(variants) > 0 {
+			rows, err := runVariants(ctx, e, variants, opts)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, rows)
+			printRun(out, rows)
+		}
+		if len(storms) > 0 {
+			results, err := runStorms(ctx, e, storms, opts.stormSize)
+			if err != nil {
+				return err
+			}
+			stormRuns = append(stormRuns, results)
+			printStorms(out, results)
+		}
+	}
+	if opts.runs > 1 {
+		printMedians(out, runs)
+		printStormSummary(out, stormRuns)
+	}
+	return nil
+}

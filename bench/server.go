@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+
+	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/config"
+)
+
+// The real server's order request: alice, a demo user with a seeded API key, buys one unit
+// of the demo SKU SKU-1002, whose stock the bench first raises so that no run sells out.
+const (
+	serverSKU  = "SKU-1002"
+	aliceKey   = "demo-alice-key"
+	ordersPath = "/v1/orders"
+)
+
+var serverOrderBody = []byte(`{"items":[{"sku":"SKU-1002","quantity":1}]}`)
+
+func init() {
+	extraVariants = append(extraVariants,
+		variant{name: "server-orders", baseline: "bare", start: startServerOrders},
+		variant{name: "server-orders-replay", baseline: "bare", start: startServerReplay},
+	)
+}
+
+// oncepayServer is the real server, built once per process on first use and shared by both
+// variants and every run; the variants run one at a time, so it needs no lock.
+var oncepayServer struct {
+	started bool
+	url     string
+	err     error
+}
+
+// startServerOrders sends POST /v1/orders to the real server with a new key every time.
+func startServerOrders(ctx context.Context, e *env) (target, func(), error) {
+	url, err := e.oncepayURL(ctx)
+	return serverTarget(e, url), func() {}, err
+}
+
+// startServerReplay sends one POST /v1/orders, then replays its key.
+func startServerReplay(ctx context.Context, e *env) (target, func(), error) {
+	url, err := e.oncepayURL(ctx)
+	if err != nil {
+		return target{}, nil, err
+	}
+	t, err := e.replayTarget(ctx, serverTarget(e, url))
+	return t, func() {}, err
+}
+
+// serverTarget is alice's order request at the server at url.
+func serverTarget(e *env, url string) target {
+	return target{
+		url:    url + ordersPath,
+		body:   serverOrderBody,
+		header: http.Header{"Authorization": {"Bearer " + aliceKey}},
+		key:    e.newKey,
+	}
+}
+
+// oncepayURL returns the base URL of the real server, starting it the first time.
+func (e *env) oncepayURL(ctx context.Context) (string, error) {
+	if !oncepayServer.started {
+		oncepayServer.started = true
+		oncepayServer.url, oncepayServer.err = e.startOncepay(ctx)
+	}
+	return oncepayServer.url, oncepayServer.err
+}
+
+// startOncepay builds oncepay with internal/app on a database of its own, the bench's Redis
+// and an embedded Kafka, serves its router with net/http like the other variants (the
+// background loops do not run: only the request path is measured), and raises the stock of
+// serverSKU. Everything is undone when the environment closes.
+func (e *env) startOncepay(ctx context.Context) (string, error) {
+	cfg, err := e.oncepayConfig(ctx)
+	if err != nil {
+		return "", err
+	}
+	// The server's guard writes under oncepay's own prefix; its keys carry the run id.
+	e.defer1(func() { e.deleteRedisKeys("oncepay:idem:*" + e.runID + "*") })
+	a, err := app.New(ctx, cfg, app.Deps{})
+	if err != nil {
+		return "", fmt.Errorf("app.New: %w", err)
+	}
+	e.defer1(a.Close)
+	url, stop, err := serveHTTP(a.Handler())
+	if err != nil {
+		return "", err
+	}
+	e.defer1(stop)
+	return url, raiseStock(ctx, url, cfg.AdminKey)
+}
+
+// oncepayConfig is the default configuration with the bench's MySQL database
+// (oncepay_bench_srv_<runID>), Redis, an embedded Kafka on a random port, random secrets,
+// and the demo data seeded.
+func (e *env) oncepayConfig(ctx context.Context) (config.Config, error) {
+	cfg, err := config.LoadFrom(func(string) (string, bool) { return "", false })
+	if err != nil {
+		return cfg, err
+	}
+	dsn, err := e.createSchema(ctx, "oncepay_bench_srv_"+e.runID)
+	if err != nil {
+		return cfg, err
+	}
+	dataDir, err := os.MkdirTemp("", "oncepay-bench-")
+	if err != nil {
+		return cfg, err
+	}
+	e.defer1(func() { _ = os.RemoveAll(dataDir) })
+	cfg.MySQLDSN = dsn.FormatDSN()
+	cfg.RedisAddr = e.redisAddr
+	cfg.KafkaBrokers = nil
+	cfg.EmbeddedKafkaAddr = "127.0.0.1:0"
+	cfg.DataDir = dataDir
+	cfg.AdminKey = "bench-admin-" + randomHex(8)
+	cfg.ChannelSecret = "bench-secret-" + randomHex(8)
+	cfg.SeedDemo = true
+	return cfg, nil
+}
+
+// raiseStock sets serverSKU's stock to a billion with the admin API.
+func raiseStock(ctx context.Context, url, adminKey string) error {
+	body := []byte(`{"price":1999,"available":1000000000}`)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url+"/v1/admin/inventory/"+serverSKU, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("PUT /v1/admin/inventory/%s answered %d", serverSKU, res.StatusCode)
+	}
+	return nil
+}
