@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
@@ -18,10 +19,8 @@ import (
 func TestLedgerCreditOncePerFact(t *testing.T) {
 	db := testenv.DB(t)
 	ctx := context.Background()
-	gen := testIDs(t)
-	userID, err := account.NewUsers(db, gen).Ensure(ctx, "ledger-"+randHex(3), "k-"+randHex(6))
-	must(t, err)
-	ledger := account.NewLedger(db, gen)
+	userID, _ := apptest.NewUser(t, db, "ledger")
+	ledger := account.NewLedger(db, apptest.IDs(t))
 
 	credit := func(userID, amount int64, bizID string) (account.Entry, error) {
 		var e account.Entry
@@ -59,12 +58,11 @@ func TestLedgerCreditOncePerFact(t *testing.T) {
 func TestNotifyRollsBackWithTheCallersTransaction(t *testing.T) {
 	db := testenv.DB(t)
 	ctx := context.Background()
-	gen := testIDs(t)
-	userID, err := account.NewUsers(db, gen).Ensure(ctx, "rollback-"+randHex(3), "k-"+randHex(6))
-	must(t, err)
+	gen := apptest.IDs(t)
+	userID, _ := apptest.NewUser(t, db, "rollback")
 	recharges := account.NewRecharges(db, gen, account.NewLedger(db, gen), anomaly.NewRecorder(db, gen))
 	var rc account.Recharge
-	err = db.Transaction(func(tx *gorm.DB) (err error) {
+	err := db.Transaction(func(tx *gorm.DB) (err error) {
 		rc, err = recharges.Create(ctx, tx, userID, 900)
 		return err
 	})

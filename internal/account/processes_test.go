@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
@@ -33,24 +35,27 @@ func TestThreeProcessesCreditOnce(t *testing.T) {
 		t.Skip("needs a real Redis (ONCEPAY_TEST_REDIS_ADDR) and builds the binary; skipped with -short")
 	}
 	db, dsn := testenv.DBWithDSN(t)
-	e := &env{t: t, db: db, users: account.NewUsers(db, testIDs(t))}
+	cfg := apptest.Config(t, accountConfig)
 	bin := buildOncepay(t)
-	channel := "proc-" + randHex(4)
-	userID, key := e.user("procs")
+	channel := "proc-" + apptest.RandHex(4)
+	userID, key := apptest.NewUser(t, db, "procs")
 	t.Cleanup(func() { dropRedisKeys(redisAddr, channel, userID) })
 
 	var wg sync.WaitGroup
 	urls := make([]string, 3)
 	for i := range urls {
-		wg.Go(func() { urls[i] = startProcess(t, bin, i+1, dsn, redisAddr) })
+		wg.Go(func() { urls[i] = startProcess(t, bin, i+1, dsn, redisAddr, cfg) })
 	}
 	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
 	}
-	e.instances = []*instance{{url: urls[0]}}
+	servers := make([]*apptest.Server, len(urls))
+	for i, url := range urls {
+		servers[i] = apptest.At(t, url, cfg, db)
+	}
 
-	e.creditRounds(userID, key, creditPlan{urls: urls, channel: channel, tradePrefix: "P", rounds: 20, copies: 2, base: 3000})
+	creditRounds(t, userID, key, creditPlan{servers: servers, channel: channel, tradePrefix: "P", rounds: 20, copies: 2, base: 3000})
 }
 
 // buildOncepay compiles cmd/oncepay into a temporary directory.
@@ -66,9 +71,10 @@ func buildOncepay(t *testing.T) string {
 	return bin
 }
 
-// startProcess starts the binary as instance node on a free port, waits for /healthz and
-// stops it (SIGTERM, then kill) when the test ends. It returns the base URL.
-func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string) string {
+// startProcess starts the binary as instance node on a free port, with the channel secret,
+// admin key and demo setting of cfg, waits for /healthz and stops it (SIGTERM, then kill) when
+// the test ends. It returns the base URL.
+func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg config.Config) string {
 	t.Helper()
 	addr := freeAddr(t)
 	cmd := exec.Command(bin)
@@ -81,9 +87,9 @@ func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string) str
 		"ONCEPAY_EMBEDDED_KAFKA_ADDR=127.0.0.1:0",
 		"ONCEPAY_DATA_DIR=" + t.TempDir(),
 		"ONCEPAY_NODE_ID=" + fmt.Sprint(node),
-		"ONCEPAY_CHANNEL_SECRET=" + testSecret,
-		"ONCEPAY_ADMIN_KEY=test-admin-key",
-		"ONCEPAY_SEED_DEMO=false",
+		"ONCEPAY_CHANNEL_SECRET=" + cfg.ChannelSecret,
+		"ONCEPAY_ADMIN_KEY=" + cfg.AdminKey,
+		"ONCEPAY_SEED_DEMO=" + strconv.FormatBool(cfg.SeedDemo),
 	}
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs

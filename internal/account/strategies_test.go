@@ -26,6 +26,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -282,7 +283,7 @@ func newStrategyEnv(tb testing.TB) *strategyEnv {
 	rc := testenv.Redis(tb)
 	opts := rc.Client.Options()
 	gen, _ := ids.New(999)
-	return &strategyEnv{pools: [2]*gorm.DB{db, openPool(tb, db, dsn)}, redisAddr: opts.Addr, redisDB: opts.DB, gen: gen}
+	return &strategyEnv{pools: [2]*gorm.DB{db, apptest.OpenPool(tb, db, dsn)}, redisAddr: opts.Addr, redisDB: opts.DB, gen: gen}
 }
 
 // newRecharges inserts n PENDING recharges of amount, each on an account of its own with

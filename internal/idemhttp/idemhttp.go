@@ -25,6 +25,8 @@ import (
 	"strings"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
@@ -101,8 +103,15 @@ func (a *Adapter) Guard() *idempotent.Guard { return a.guard }
 // refused (422). A business refusal the work returns as an error (out_of_stock,
 // illegal_state) is stored and replayed like a success; an unexpected error stores nothing.
 func (a *Adapter) Do(w http.ResponseWriter, r *http.Request, key idempotent.Key, body []byte, work idempotent.Work) (idempotent.Result, error) {
+	return a.DoLast(w, r, key, body, work, nil)
+}
+
+// DoLast is Do with the work's contended writes split off into last, which runs after the
+// dedup record is written, right before the commit (idempotent.Request.Last).
+func (a *Adapter) DoLast(w http.ResponseWriter, r *http.Request, key idempotent.Key, body []byte, work idempotent.Work, last func(context.Context, *gorm.DB) error) (idempotent.Result, error) {
 	req := idempotent.Request{
-		Key: key,
+		Last: last,
+		Key:  key,
 		// The path, not the route pattern: the same key on /orders/1/cancel and
 		// /orders/2/cancel is two requests (422), never a replay of the other order's.
 		Fingerprint: idempotent.Fingerprint(r.Method, r.URL.Path, body),

@@ -165,6 +165,11 @@ type Request struct {
 	Fingerprint string
 	// Reject overrides Config.Reject for this request.
 	Reject func(ctx context.Context, err error) (Response, bool)
+	// Last, when set, runs after the dedup record is written and right before the commit:
+	// the work's contended writes (stock, balances, a hot status row), so that their row
+	// locks are held for the fewest round trips. Its error rolls everything back like the
+	// work's (docs/dedup-placement.md).
+	Last func(ctx context.Context, tx *gorm.DB) error
 }
 
 // Work is the business change. It runs inside the dedup transaction and must reach the
@@ -219,17 +224,18 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		}
 	}()
 
+	// Deferred, so that a panicking work (or BeforeWork) releases the lease and stops its
+	// watchdog too, instead of keeping the key "in progress" for the life of the process.
+	defer func() { g.finish(ctx, req, l, res) }()
+
 	if g.cfg.BeforeWork != nil {
 		if err := g.cfg.BeforeWork(workCtx, req.Key); err != nil {
-			g.finish(ctx, req, l, Result{})
 			return Result{}, err
 		}
 	}
 
 	// Layer 4, the dedup record (I3): in the work's own transaction.
-	res, err = g.runOnce(workCtx, req, work)
-	g.finish(ctx, req, l, res)
-	return res, err
+	return g.runOnce(workCtx, req, work)
 }
 
 // finish releases the lease and fills the replay cache with a committed outcome, in one
@@ -281,8 +287,9 @@ func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, er
 }
 
 // tryOnce is the transaction that makes the write exactly-once, in the order a reader should
-// see it: the work, then the finished dedup record, then commit. With RecordFirst the record
-// is inserted PROCESSING before the work and completed after it.
+// see it: the work, then the finished dedup record, then the contended writes (Last), then
+// commit. With RecordFirst the record is inserted PROCESSING before the work and completed
+// after it.
 func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, error) {
 	rec := g.newRecord(ctx, req)
 	var (
@@ -291,7 +298,7 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 	)
 	err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if g.cfg.RecordFirst {
-			if err := tx.Create(rec).Error; err != nil {
+			if err := insertRecord(ctx, tx, rec); err != nil {
 				recorded = true
 				return err
 			}
@@ -306,9 +313,15 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 		rec.finish(resp)
 		recorded = true
 		if g.cfg.RecordFirst {
-			return tx.Model(rec).Select("status", "response_status", "response_headers", "response_body", "updated_at").Updates(rec).Error
+			err = tx.Model(rec).Select("status", "response_status", "response_headers", "response_body", "updated_at").Updates(rec).Error
+		} else {
+			err = insertRecord(ctx, tx, rec)
 		}
-		return tx.Create(rec).Error
+		if err != nil || req.Last == nil {
+			return err
+		}
+		recorded = false
+		return req.Last(ctx, tx)
 	})
 	switch {
 	case err == nil:
@@ -364,7 +377,7 @@ func (g *Guard) reject(ctx context.Context, req Request, err error) (Response, b
 func (g *Guard) storeRejection(ctx context.Context, req Request, resp Response, cause error) (Result, error) {
 	rec := g.newRecord(ctx, req)
 	rec.finish(resp)
-	if err := g.db.WithContext(ctx).Create(rec).Error; err != nil {
+	if err := insertRecord(ctx, g.db, rec); err != nil {
 		return g.afterRecordFailed(ctx, req, err)
 	}
 	return Result{Response: resp, Outcome: Executed, Layer: LayerWork, Rejection: cause}, nil

@@ -104,6 +104,19 @@ func (r Record) response() Response {
 	return resp
 }
 
+// insertRecordSQL is the record's INSERT, written out: it runs on every new key, and gorm's
+// reflection over the struct cost more than the statement's round trip on a loaded machine.
+const insertRecordSQL = "INSERT INTO idempotency_records (id, scope, biz_type, biz_key, request_id, fingerprint, status, " +
+	"response_status, response_headers, response_body, created_at, updated_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+
+// insertRecord inserts rec on db (a transaction, or the pool for a record stored alone).
+func insertRecord(ctx context.Context, db *gorm.DB, rec *Record) error {
+	_, err := db.Statement.ConnPool.ExecContext(ctx, insertRecordSQL,
+		rec.ID, rec.Scope, rec.BizType, rec.BizKey, rec.RequestID, rec.Fingerprint, rec.Status,
+		rec.ResponseStatus, rec.ResponseHeaders, rec.ResponseBody, rec.CreatedAt, rec.UpdatedAt, rec.ExpiresAt)
+	return err
+}
+
 // loadRecord reads the committed record of key, outside any transaction.
 func loadRecord(ctx context.Context, db *gorm.DB, k Key) (Record, bool, error) {
 	var rec Record

@@ -83,8 +83,8 @@ type createRequest struct {
 }
 
 // create is POST /v1/orders, top to bottom: the key, the body decoded and validated (a bad
-// one stores nothing), then one transaction through the guard — the order's rows, the stock
-// reserved last, the dedup record — and the answer written after the commit.
+// one stores nothing), then one transaction through the guard — the order's new rows, the
+// dedup record, the stock reserved last — and the answer written after the commit.
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	key, err := idemhttp.UserKey(r)
 	if err != nil {
@@ -97,13 +97,16 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	userID, _ := web.UserID(r.Context())
-	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-		o, err := h.orders.Create(ctx, tx, userID, lines)
+	open := func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		o, err := h.orders.Open(ctx, tx, userID, lines)
 		if err != nil {
 			return idempotent.Response{}, err
 		}
 		return idemhttp.JSON(http.StatusCreated, ViewOf(o), "Location", "/v1/orders/"+ids.Format(o.ID)), nil
-	})
+	}
+	// The stock rows are the contended ones: reserved after the dedup record, right before
+	// the commit. Not enough stock rolls the order back and answers out_of_stock, stored.
+	_, _ = h.idem.DoLast(w, r, key, body, open, h.orders.Reserve(lines))
 }
 
 // decodeCreate reads and validates the body of POST /v1/orders.

@@ -66,9 +66,20 @@ func Validate(lines []Line) error {
 }
 
 // Create reserves stock and creates a PENDING_PAYMENT order for userID, with its
-// order.created event, in tx: prices (a plain read), then the new rows, then the stock rows
-// last. lines must have passed Validate.
+// order.created event, in tx: Open, then Reserve. lines must have passed Validate.
 func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
+	o, err := s.Open(ctx, tx, userID, lines)
+	if err != nil {
+		return Order{}, err
+	}
+	return o, s.Reserve(lines)(ctx, tx)
+}
+
+// Open writes the new rows of an order in tx, in one round trip after a plain read of the
+// prices: the order, its items, its order.created event and its stock movements (whose
+// unique key stops a second reservation for the order, I1). The stock itself is not touched:
+// Reserve does that, last. lines must have passed Validate.
+func (s *Service) Open(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
 	prices, err := s.stock.Prices(ctx, tx, lines)
 	if err != nil {
 		return Order{}, err
@@ -89,12 +100,17 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines [
 	if err != nil {
 		return Order{}, err
 	}
-	// The new rows in one round trip — the order, its items, its event, its stock movements
-	// (whose unique key stops a second reservation, I1) — then the contended stock rows last.
-	if err := database.Insert(ctx, tx, &o, &o.Items, event, s.stock.Rows(inventory.Reserve, o.ID, lines)); err != nil {
-		return Order{}, err
+	return o, database.Insert(ctx, tx, &o, &o.Items, event, s.stock.Rows(inventory.Reserve, o.ID, lines))
+}
+
+// Reserve returns the contended half of an order's creation: the conditional stock UPDATEs
+// (available − q, reserved + q), run last in the transaction — after the dedup record when
+// the guard runs it (idempotent.Request.Last) — so that the hot stock rows stay locked for one
+// round trip before the commit. Not enough stock is ErrOutOfStock and rolls everything back.
+func (s *Service) Reserve(lines []Line) func(ctx context.Context, tx *gorm.DB) error {
+	return func(ctx context.Context, tx *gorm.DB) error {
+		return s.stock.Move(ctx, tx, inventory.Reserve, lines)
 	}
-	return o, s.stock.Move(ctx, tx, inventory.Reserve, lines)
 }
 
 // Get returns order id if it belongs to userID; another user's order is ErrNotFound.

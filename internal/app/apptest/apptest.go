@@ -29,6 +29,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -147,12 +148,15 @@ func build(tb testing.TB, deps app.Deps, opts []Option) *Server {
 	if err != nil {
 		tb.Fatalf("app.New: %v", err)
 	}
+	return &Server{App: a, Config: cfg, DB: deps.DB, Deps: deps, client: newClient(tb)}
+}
+
+// newClient returns the HTTP client of one Server, its idle connections closed when the test
+// ends.
+func newClient(tb testing.TB) *http.Client {
 	transport := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
 	tb.Cleanup(transport.CloseIdleConnections)
-	return &Server{
-		App: a, Config: cfg, DB: deps.DB, Deps: deps,
-		client: &http.Client{Transport: transport, Timeout: 60 * time.Second},
-	}
+	return &http.Client{Transport: transport, Timeout: 60 * time.Second}
 }
 
 var quietOnce sync.Once
@@ -215,6 +219,10 @@ func (r Response) Problem() web.Problem {
 
 // Code is the problem code of the answer, or "" for a success.
 func (r Response) Code() string { return r.Problem().Code }
+
+// Outcome is the Idempotency-Outcome header: what the idempotency layer did with the request
+// (executed, replayed, rejected, state_rejected…), or "" when it did not see it.
+func (r Response) Outcome() string { return r.Header.Get(idemhttp.HeaderOutcome) }
 
 // Decode unmarshals the body into v, failing the test when it cannot.
 func (r Response) Decode(tb testing.TB, v any) {

@@ -83,10 +83,22 @@ func JSON(n payment.Notification) []byte {
 // Sign returns the X-Signature of body under the instance's channel secret.
 func (s *Server) Sign(body []byte) string { return web.Sign(s.Config.ChannelSecret, body) }
 
-// SignedNotify posts body to /v1/payments/notify with its correct signature.
-func (s *Server) SignedNotify(body []byte) Response {
-	return s.Do(http.MethodPost, "/v1/payments/notify", "", body, map[string]string{web.HeaderSignature: s.Sign(body)})
+// The paths a payment channel posts its signed notifications to.
+const (
+	// PaymentNotifyPath receives the payments of orders.
+	PaymentNotifyPath = "/v1/payments/notify"
+	// RechargeNotifyPath receives the payments of recharges.
+	RechargeNotifyPath = "/v1/recharges/notify"
+)
+
+// SignedPost posts body to path with its correct signature, as a payment channel sends a
+// notification. It never fails the test, so storms can call it.
+func (s *Server) SignedPost(path string, body []byte) Response {
+	return s.Do(http.MethodPost, path, "", body, map[string]string{web.HeaderSignature: s.Sign(body)})
 }
+
+// SignedNotify posts body to /v1/payments/notify with its correct signature.
+func (s *Server) SignedNotify(body []byte) Response { return s.SignedPost(PaymentNotifyPath, body) }
 
 // NotifyUntilDone posts body like a channel does: again after every 409 in-flight answer,
 // until the server gives a final answer, which it returns.
