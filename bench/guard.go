@@ -64,12 +64,29 @@ func jsonResponse(status int, body []byte) idempotent.Response {
 // names the write, and the transaction's statements run on the guard's transaction, which
 // also inserts the dedup record.
 func guardHandler(g *idempotent.Guard, o *orders) http.Handler {
+	return guardHandlerWith(g, o, false)
+}
+
+// guardHandlerWith is guardHandler; with last, the hot stock UPDATE runs in Request.Last,
+// after the dedup record and right before the commit, as oncepay's POST /v1/orders does.
+func guardHandlerWith(g *idempotent.Guard, o *orders, last bool) http.Handler {
 	work := func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		body, err := o.place(tx)
 		if err != nil {
 			return idempotent.Response{}, err
 		}
 		return jsonResponse(http.StatusCreated, body), nil
+	}
+	var hot func(context.Context, *gorm.DB) error
+	if last {
+		work = func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+			body, err := o.open(tx)
+			if err != nil {
+				return idempotent.Response{}, err
+			}
+			return jsonResponse(http.StatusCreated, body), nil
+		}
+		hot = func(_ context.Context, tx *gorm.DB) error { return o.take(tx) }
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(headerKey)
@@ -85,6 +102,7 @@ func guardHandler(g *idempotent.Guard, o *orders) http.Handler {
 		req := idempotent.Request{
 			Key:         idempotent.Key{Scope: "user:1", BizType: "bench", BizKey: key},
 			Fingerprint: idempotent.Fingerprint(r.Method, "/orders", body),
+			Last:        hot,
 		}
 		res, err := g.Do(r.Context(), req, work)
 		writeResult(w, res, err)

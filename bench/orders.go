@@ -53,6 +53,26 @@ func (o *orders) place(tx *gorm.DB) ([]byte, error) {
 	return orderJSON(id), nil
 }
 
+// open is the cold half of place: the order row only. take is its hot half.
+func (o *orders) open(tx *gorm.DB) ([]byte, error) {
+	id := o.seq.Add(1)
+	err := tx.Exec("INSERT INTO orders (id, sku, qty, created_at) VALUES (?, ?, ?, ?)",
+		id, benchSKU, 1, time.Now().UTC()).Error
+	return orderJSON(id), err
+}
+
+// take takes one unit from the hot stock row.
+func (o *orders) take(tx *gorm.DB) error {
+	res := tx.Exec("UPDATE stock SET available = available - 1 WHERE sku = ? AND available >= 1", benchSKU)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected != 1 {
+		return errOutOfStock
+	}
+	return nil
+}
+
 // placeInTx runs place in a transaction of its own: BEGIN, the statements, COMMIT.
 func (o *orders) placeInTx(ctx context.Context) ([]byte, error) {
 	var body []byte

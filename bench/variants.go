@@ -30,6 +30,8 @@ func allVariants() []variant {
 	vs := []variant{
 		{name: "bare", baseline: "bare", start: startBare},
 		guardVariant("guard-all", idempotent.Config{}),
+		guardLastVariant("guard-all-last", idempotent.Config{}),
+		guardLastVariant("guard-dedup-last", idempotent.Config{NoLock: true, NoCache: true}),
 		guardVariant("guard-dedup", idempotent.Config{NoLock: true, NoCache: true}),
 		guardVariant("guard-lock+dedup", idempotent.Config{NoCache: true}),
 		guardVariant("guard-redsync", idempotent.Config{RedsyncLock: true}),
@@ -63,6 +65,15 @@ func startBare(_ context.Context, e *env) (target, func(), error) {
 func guardVariant(name string, cfg idempotent.Config) variant {
 	return variant{name: name, baseline: "bare", start: func(_ context.Context, e *env) (target, func(), error) {
 		url, stop, err := serveHTTP(benchMux(guardHandler(e.newGuard(name, cfg), e.orders)))
+		return e.newKeyTarget(url + "/orders"), stop, err
+	}}
+}
+
+// guardLastVariant is guardVariant with the hot stock UPDATE after the dedup record
+// (Request.Last).
+func guardLastVariant(name string, cfg idempotent.Config) variant {
+	return variant{name: name, baseline: "bare", start: func(_ context.Context, e *env) (target, func(), error) {
+		url, stop, err := serveHTTP(benchMux(guardHandlerWith(e.newGuard(name, cfg), e.orders, true)))
 		return e.newKeyTarget(url + "/orders"), stop, err
 	}}
 }
