@@ -224,18 +224,17 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		}
 	}()
 
-	// Deferred, so that a panicking work (or BeforeWork) releases the lease and stops its
-	// watchdog too, instead of keeping the key "in progress" for the life of the process.
-	defer func() { g.finish(ctx, req, l, res) }()
-
 	if g.cfg.BeforeWork != nil {
 		if err := g.cfg.BeforeWork(workCtx, req.Key); err != nil {
+			g.finish(ctx, req, l, Result{})
 			return Result{}, err
 		}
 	}
 
 	// Layer 4, the dedup record (I3): in the work's own transaction.
-	return g.runOnce(workCtx, req, work)
+	res, err = g.runOnce(workCtx, req, work)
+	g.finish(ctx, req, l, res)
+	return res, err
 }
 
 // finish releases the lease and fills the replay cache with a committed outcome, in one

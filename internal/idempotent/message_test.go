@@ -95,7 +95,9 @@ func TestMessageFailureReleasesTheMarker(t *testing.T) {
 		name string
 		work idempotent.Work
 	}{
-		{"work error", func(context.Context, *gorm.DB) (idempotent.Response, error) { return idempotent.Response{}, errUpstream }},
+		{"work error", func(context.Context, *gorm.DB) (idempotent.Response, error) {
+			return idempotent.Response{}, errUpstream
+		}},
 		{"5xx outcome", effectWork("paid", 0, http.StatusServiceUnavailable)},
 	}
 	for _, tt := range tests {
