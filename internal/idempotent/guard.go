@@ -217,6 +217,15 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		workCtx = l.ctx
 	}
 
+	// With no replay cache to ask (turned off, or Redis down), a duplicate would run the
+	// work only to have its record refused at the end: ask the record first.
+	if (g.cfg.NoCache || cerr != nil) && !g.cfg.RecordFirst {
+		if res, found, err := g.fromRecord(ctx, req); found || err != nil {
+			g.finish(ctx, req, l, res)
+			return res, err
+		}
+	}
+
 	defer func() {
 		if p := recover(); p != nil {
 			g.finish(ctx, req, l, Result{}) // a panicking work must not hold the lease
