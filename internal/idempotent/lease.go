@@ -2,7 +2,6 @@ package idempotent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
@@ -42,8 +41,7 @@ func (g *Guard) newLease(ctx context.Context, k Key, owner string) *lease {
 	l.unlock = func(ctx context.Context, fill *cached) {
 		value, ttl := "", int64(0)
 		if fill != nil {
-			raw, _ := json.Marshal(fill)
-			value, ttl = string(raw), g.cfg.CacheTTL.Milliseconds()
+			value, ttl = string(fill.encode()), g.cfg.CacheTTL.Milliseconds()
 		}
 		if err := releaseScript.Run(ctx, g.rdb, []string{g.cacheKey(k), name}, owner, value, ttl).Err(); err != nil {
 			g.metrics.redisErrors.WithLabelValues(string(LayerLock)).Inc()

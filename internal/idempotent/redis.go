@@ -1,11 +1,13 @@
 package idempotent
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -25,8 +27,73 @@ func (g *Guard) tokenKey(token string) string {
 
 // cached is a finished outcome in the replay cache.
 type cached struct {
-	Fingerprint string   `json:"fp"`
-	Response    Response `json:"r"`
+	Fingerprint string
+	Response    Response
+}
+
+// encode writes c in the cache's compact form — the fingerprint, the status, the headers one
+// "Name: value" a line, an empty line, then the body as it is — so that a replay costs no JSON
+// and no base64: it is the hot path of every duplicate.
+func (c *cached) encode() []byte {
+	var b bytes.Buffer
+	b.Grow(len(c.Fingerprint) + len(c.Response.Body) + 64)
+	b.WriteString(c.Fingerprint)
+	b.WriteByte('\n')
+	b.WriteString(strconv.Itoa(c.Response.Status))
+	b.WriteByte('\n')
+	for k, v := range c.Response.Header {
+		b.WriteString(k)
+		b.WriteString(": ")
+		b.WriteString(v)
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	b.Write(c.Response.Body)
+	return b.Bytes()
+}
+
+// decodeCached reads what encode wrote; ok is false for anything else.
+func decodeCached(raw []byte) (c cached, ok bool) {
+	line := func() (string, bool) {
+		i := bytes.IndexByte(raw, '\n')
+		if i < 0 {
+			return "", false
+		}
+		l := string(raw[:i])
+		raw = raw[i+1:]
+		return l, true
+	}
+	var status string
+	if c.Fingerprint, ok = line(); !ok {
+		return cached{}, false
+	}
+	if status, ok = line(); !ok {
+		return cached{}, false
+	}
+	n, err := strconv.Atoi(status)
+	if err != nil {
+		return cached{}, false
+	}
+	c.Response.Status = n
+	for {
+		h, ok := line()
+		if !ok {
+			return cached{}, false
+		}
+		if h == "" {
+			break
+		}
+		name, value, found := strings.Cut(h, ": ")
+		if !found {
+			return cached{}, false
+		}
+		if c.Response.Header == nil {
+			c.Response.Header = map[string]string{}
+		}
+		c.Response.Header[name] = value
+	}
+	c.Response.Body = bytes.Clone(raw)
+	return c, true
 }
 
 // claimScript is layers 2 and 3 in one round trip: the cached outcome if there is one,
@@ -78,8 +145,8 @@ func (g *Guard) claim(ctx context.Context, k Key) (*lease, *cached, error) {
 	switch code {
 	case 1:
 		raw, _ := reply[1].(string)
-		var c cached
-		if json.Unmarshal([]byte(raw), &c) != nil {
+		c, ok := decodeCached([]byte(raw))
+		if !ok {
 			return nil, nil, nil // unreadable: let the dedup record answer
 		}
 		return nil, &c, nil
@@ -98,8 +165,7 @@ func (g *Guard) claimRedsync(ctx context.Context, k Key) (*lease, *cached, error
 		raw, err := g.rdb.Get(ctx, g.cacheKey(k)).Bytes()
 		switch {
 		case err == nil:
-			var c cached
-			if json.Unmarshal(raw, &c) == nil {
+			if c, ok := decodeCached(raw); ok {
 				return nil, &c, nil
 			}
 		case !errors.Is(err, redis.Nil):
@@ -115,8 +181,7 @@ func (g *Guard) claimRedsync(ctx context.Context, k Key) (*lease, *cached, error
 
 // cachePut stores a committed outcome for CacheTTL; failures are only counted, never fatal.
 func (g *Guard) cachePut(ctx context.Context, k Key, c *cached) {
-	raw, _ := json.Marshal(c)
-	if err := g.rdb.Set(ctx, g.cacheKey(k), raw, g.cfg.CacheTTL).Err(); err != nil {
+	if err := g.rdb.Set(ctx, g.cacheKey(k), c.encode(), g.cfg.CacheTTL).Err(); err != nil {
 		g.metrics.redisErrors.WithLabelValues(string(LayerCache)).Inc()
 	}
 }
