@@ -193,7 +193,7 @@ func (l *Lab) payWithFixedLock(w http.ResponseWriter, r *http.Request) {
 	}
 	defer releaseFixedLease(context.WithoutCancel(ctx), l.rdb, "oncepay:lab:pay:"+n.Channel+":"+n.TradeNo, lease)
 
-	o, err := l.orders.Lookup(ctx, id)
+	o, err := l.orders.Lookup(ctx, l.db, id)
 	if err != nil {
 		web.WriteError(w, r, err)
 		return
@@ -290,7 +290,7 @@ func (l *Lab) closeUnconditionally(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	o, err := l.orders.Lookup(ctx, id)
+	o, err := l.orders.Lookup(ctx, l.db, id)
 	if err != nil {
 		web.WriteError(w, r, err)
 		return
@@ -309,7 +309,7 @@ func (l *Lab) closeUnconditionally(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, err)
 		return
 	}
-	o, _ = l.orders.Lookup(ctx, id)
+	o, _ = l.orders.Lookup(ctx, l.db, id)
 	web.WriteJSON(w, http.StatusOK, order.ViewOf(o))
 }
 

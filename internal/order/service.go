@@ -195,9 +195,12 @@ func (s *Service) Pay(ctx context.Context, tx *gorm.DB, id int64, channel, trade
 	return true, o, s.stock.Apply(ctx, tx, inventory.Confirm, o.ID, lines(o))
 }
 
-// Lookup returns order id whoever owns it, for the payment path.
-func (s *Service) Lookup(ctx context.Context, id int64) (Order, error) {
-	return s.orders.Get(ctx, s.db, id)
+// Lookup returns order id whoever owns it, for the payment path, read on db: the
+// transaction the caller is in (never the pool from inside one — on SQLite a transaction
+// holds the only write lock and a pool connection of its own, so reading beside it can wait
+// on a pool that the queued writers have exhausted), or the pool outside any.
+func (s *Service) Lookup(ctx context.Context, db *gorm.DB, id int64) (Order, error) {
+	return s.orders.Get(ctx, db, id)
 }
 
 // ExpiredIDs returns up to limit orders past their expiry, still unpaid.

@@ -133,7 +133,7 @@ func (s *Service) Apply(ctx context.Context, tx *gorm.DB, n Notification) (Resul
 	if !ok {
 		return "", order.ErrNotFound
 	}
-	o, err := s.orders.Lookup(ctx, orderID)
+	o, err := s.orders.Lookup(ctx, tx, orderID)
 	if err != nil {
 		return "", err
 	}
