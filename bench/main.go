@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 )
@@ -34,6 +35,7 @@ type options struct {
 	runs        int
 	only        *regexp.Regexp
 	stormSize   int
+	cpuProfile  string
 }
 
 func main() {
@@ -54,6 +56,15 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if opts.cpuProfile != "" {
+		f, err := os.Create(opts.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(ctx, opts, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -69,6 +80,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.duration, "d", 5*time.Second, "measured duration of each variant")
 	fs.IntVar(&o.runs, "runs", 1, "runs of every variant; with more than one the medians are printed too")
 	fs.IntVar(&o.stormSize, "storm", 1000, "concurrent copies of one key in each storm")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
