@@ -34,20 +34,6 @@ func insertUser(db *gorm.DB, id int64, name string) error {
 	return db.Create(&user{ID: id, Name: name, CreatedAt: time.Now().UTC()}).Error
 }
 
-// userNames returns the names in the users table, read outside any transaction.
-func userNames(t *testing.T, db *gorm.DB) []string {
-	t.Helper()
-	var names []string
-	if err := db.Model(&user{}).Order("name").Pluck("name", &names).Error; err != nil {
-		t.Fatalf("read users: %v", err)
-	}
-	return names
-}
-
-func sameNames(got []string, want ...string) bool {
-	return fmt.Sprint(got) == fmt.Sprint(want) && len(got) == len(want)
-}
-
 // TestTranslateDuplicateKey inserts duplicate rows for real and checks that both dialects'
 // errors become ErrDuplicateKey while keeping the driver error inside.
 func TestTranslateDuplicateKey(t *testing.T) {
