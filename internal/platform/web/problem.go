@@ -54,18 +54,8 @@ func ProblemOf(err error) Problem {
 	}
 }
 
-// ErrorRecorder is a ResponseWriter that wants the error behind a problem response, not only
-// its status: the idempotency middleware runs the whole transaction again when the database
-// aborted it (deadlock), instead of storing nothing and answering 500.
-type ErrorRecorder interface {
-	RecordError(err error)
-}
-
 // WriteError writes err as a problem response. Unexpected errors are logged with their cause.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	if rec, ok := w.(ErrorRecorder); ok {
-		rec.RecordError(err)
-	}
 	p := ProblemFor(r, err)
 	if p.Status >= 500 {
 		slog.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
