@@ -39,14 +39,15 @@ type Record struct {
 func (Record) TableName() string { return "idempotency_records" }
 
 // Schema is the DDL of idempotency_records for MySQL 8 / MariaDB ("mysql") and SQLite
-// ("sqlite"): the one definition of the table, applied by oncepay's migrations (a test holds
-// them equal). Keys compare byte for byte (utf8mb4_bin): CaseKey and casekey are two keys.
+// ("sqlite"): the one definition of the table; oncepay's migrations must produce exactly it (a
+// test holds them equal). Keys compare byte for byte — VARBINARY on MySQL, which neither folds
+// case nor pads trailing spaces — so CaseKey and casekey are two keys, as in Redis.
 var Schema = map[string]string{
 	"mysql": `CREATE TABLE idempotency_records (
   id                BIGINT       NOT NULL PRIMARY KEY,
-  scope             VARCHAR(128) COLLATE utf8mb4_bin NOT NULL,
-  biz_type          VARCHAR(64)  COLLATE utf8mb4_bin NOT NULL,
-  biz_key           VARCHAR(255) COLLATE utf8mb4_bin NOT NULL,
+  scope             VARBINARY(128) NOT NULL,
+  biz_type          VARBINARY(64)  NOT NULL,
+  biz_key           VARBINARY(255) NOT NULL,
   request_id        VARCHAR(128) NOT NULL,
   fingerprint       CHAR(64)     NOT NULL,
   status            VARCHAR(16)  NOT NULL,
@@ -60,21 +61,22 @@ var Schema = map[string]string{
   KEY idx_idempotency_created (created_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 	"sqlite": `CREATE TABLE idempotency_records (
-  id                INTEGER NOT NULL PRIMARY KEY,
-  scope             TEXT    NOT NULL,
-  biz_type          TEXT    NOT NULL,
-  biz_key           TEXT    NOT NULL,
-  request_id        TEXT    NOT NULL,
-  fingerprint       TEXT    NOT NULL,
-  status            TEXT    NOT NULL,
-  response_status   INTEGER NOT NULL DEFAULT 0,
-  response_headers  TEXT    NULL,
-  response_body     BLOB    NULL,
-  created_at        DATETIME NOT NULL,
-  updated_at        DATETIME NOT NULL,
-  expires_at        DATETIME NOT NULL,
-  CONSTRAINT uk_idempotency_key UNIQUE (scope, biz_type, biz_key)
-)`,
+  id                INTEGER      NOT NULL PRIMARY KEY,
+  scope             VARCHAR(128) NOT NULL,
+  biz_type          VARCHAR(64)  NOT NULL,
+  biz_key           VARCHAR(255) NOT NULL,
+  request_id        VARCHAR(128) NOT NULL,
+  fingerprint       CHAR(64)     NOT NULL,
+  status            VARCHAR(16)  NOT NULL,
+  response_status   INT          NOT NULL DEFAULT 0,
+  response_headers  TEXT         NULL,
+  response_body     BLOB         NULL,
+  created_at        DATETIME     NOT NULL,
+  updated_at        DATETIME     NOT NULL,
+  expires_at        DATETIME     NOT NULL
+);
+CREATE UNIQUE INDEX uk_idempotency_key ON idempotency_records (scope, biz_type, biz_key);
+CREATE INDEX idx_idempotency_created ON idempotency_records (created_at)`,
 }
 
 func (g *Guard) newRecord(ctx context.Context, req Request) *Record {
