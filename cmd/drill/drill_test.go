@@ -17,17 +17,21 @@ func runNames(runs []planned, idx []int) []string {
 func TestScheduleKeepsTheCloseJobAndSlowPaymentsApart(t *testing.T) {
 	d := &drill{lab: true}
 	runs := d.plan()
-	if len(runs) != len(catalog)+4 {
-		t.Fatalf("%d runs, want every scenario plus 4 lab runs", len(runs))
+	if len(runs) != len(catalog)+labScenarios() {
+		t.Fatalf("%d runs, want every scenario plus %d lab runs", len(runs), labScenarios())
 	}
 	free, paying, alone := schedule(runs, false)
 	wantFree := []string{
+		"I1 triple delivery/lab",
 		"I2 concurrent recharge callbacks/oncepay", "I2 concurrent recharge callbacks/lab",
 		"I3 same key, concurrent creates/oncepay", "I3 same key, concurrent creates/lab",
 		"I4 lock expiry under a slow payment/lab",
 		"I5 late close of a paid order/lab", // closes its one order by id and pays through the lab
 		"I5 payment after close/oncepay",    // starts at once, waits for the others before its close job
-		"I7 double click/oncepay", "flash-sale flash sale/oncepay",
+		"I6 purge before redelivery/lab",
+		"I7 double click/oncepay", "I7 double click/lab",
+		"flash-sale flash sale/oncepay", "flash-sale flash sale/lab",
+		"I10 paused holder writes late/oncepay", "I10 paused holder writes late/lab", // both pause under /lab/, outside any payment delay
 	}
 	wantPaying := []string{"I1 triple delivery/oncepay", "I4 lock expiry under a slow payment/oncepay", "I6 purge before redelivery/oncepay"}
 	wantAlone := []string{"I5 late close of a paid order/oncepay"}

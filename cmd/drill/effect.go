@@ -115,10 +115,10 @@ type paidOrder struct {
 	stock stock
 }
 
-// payNewOrder orders one unit on a new SKU tagged tag and pays it through rt's payment route,
-// recording the payment as a copy named path in out. The scenario cannot go on without a paid
-// order, so an order that is not PAID afterwards is an error.
-func (d *drill) payNewOrder(ctx context.Context, rt routes, tag, path string, out *outcome) (paidOrder, error) {
+// payNewOrder orders one unit on a new SKU tagged tag and pays it through route, one of rt's
+// payment routes, recording the payment as a copy named path in out. The scenario cannot go
+// on without a paid order, so an order that is not PAID afterwards is an error.
+func (d *drill) payNewOrder(ctx context.Context, rt routes, route, tag, path string, out *outcome) (paidOrder, error) {
 	var p paidOrder
 	before, o, err := d.orderOnNewSKU(ctx, rt, tag, 1)
 	if err != nil {
@@ -127,7 +127,7 @@ func (d *drill) payNewOrder(ctx context.Context, rt routes, tag, path string, ou
 	p.before, p.id = before, string(o.OrderID)
 	p.tradeNo, p.body = d.notification(p.id, o.Amount)
 	p.t0 = time.Now()
-	pay := d.c.fireHTTP(ctx, p.t0, path, d.notifyCall(rt.paymentNotify, p.body), nil)
+	pay := d.c.fireHTTP(ctx, p.t0, path, d.notifyCall(route, p.body), nil)
 	out.copies = append(out.copies, pay)
 	if p.order, err = d.order(ctx, p.id); err != nil {
 		return p, err
@@ -414,4 +414,11 @@ func plural(n int, one, many string) string {
 // joinNonEmpty joins the non-empty parts with "; ".
 func joinNonEmpty(parts ...string) string {
 	return strings.Join(slices.DeleteFunc(parts, func(s string) bool { return s == "" }), "; ")
+}
+
+// paidAtPath prints the paid_at stamps seen, e.g. "2026-…Z → 2026-…Z" for an order paid twice.
+func (w *orderWatch) paidAtPath() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.paidAts, " → ")
 }

@@ -18,44 +18,94 @@ import (
 // script, no font, no image and no link to anything outside the file, so that it can be
 // attached to a ticket or opened from a CI artifact as it is.
 
-// category is how a copy was answered, as the timeline colours it: the Idempotency-Outcome
-// the server sent, or what stands in for one.
+// category is how a copy was answered, as the timeline colours it: the outcome of the copy,
+// from the Idempotency-Outcome the server sent and its status, or, on the lab's routes that
+// send no outcome, from the status and problem code alone.
 type category struct {
 	Key, Label, Color, Meaning string
 }
 
-// categories are the timeline's colours, in legend order. The palette is Okabe and Ito's,
-// which stays distinct under the common colour-vision deficiencies; every bar also carries
-// its outcome as text, so colour is never the only cue.
+// categories are the timeline's colours, in legend order: one colour per outcome, so that a
+// run's bars say at a glance how many copies did the work and what stopped the others (five
+// sales and forty-five out_of_stock refusals are two colours, not one). The palette is Okabe
+// and Ito's, which stays distinct under the common colour-vision deficiencies; every bar also
+// carries its answer as text, so colour is never the only cue.
 var categories = []category{
-	{"executed", "executed", "#0072B2", "did the work (the one copy that should)"},
-	{"replayed", "replayed", "#009E73", "got the first copy's stored answer again (replay cache or dedup record)"},
-	{"in_progress", "in_progress", "#E69F00", "turned away while the first copy was still working (the lock, or its uncommitted dedup record)"},
-	{"state_rejected", "state_rejected", "#56B4E9", "a state precondition turned it away (the order had moved on)"},
-	{"token_invalid", "token_invalid", "#CC79A7", "not a live one-time token of this user"},
-	{"mismatch", "mismatch", "#F0E442", "same key, different request"},
-	{"error", "error", "#D55E00", "no answer, a 5xx, or an outcome the drill does not know"},
-	{"none", "no layer", "#B0B0B0", "answered without Idempotency-Outcome: no idempotency layer (the lab's replicas)"},
+	{"executed", "executed / sold", "#0072B2", "did the work: the order made, the unit sold, the payment or credit applied (a 2xx that executed; on the lab, any 2xx)"},
+	{"replayed", "replayed", "#009E73", "got the first copy's stored answer again (replay cache or dedup record); the work did not run"},
+	{"in_progress", "in_progress", "#E69F00", "turned away while the first copy was still working (the lock, or its uncommitted dedup record): 409 idempotency_key_in_use"},
+	{"refused", "refused / out_of_stock", "#CC79A7", "the work ran and refused: not enough stock (409 out_of_stock) or another business refusal"},
+	{"state_rejected", "state_rejected", "#56B4E9", "a state precondition turned it away (the order had moved on); the channel still gets 200"},
+	{"token_invalid", "token_invalid", "#000000", "not a live one-time token of this user"},
+	{"mismatch", "mismatch", "#F0E442", "same key, different request (422)"},
+	{"error", "error", "#D55E00", "no answer, a 5xx, or an answer the drill does not expect (404, 401, …)"},
 	{"kafka", "kafka", "#4D4D4D", "published to Kafka: solid to the broker's ack, hatched until the consumer group committed past it"},
 }
 
-// categoryOf picks the category of one copy.
+// categoryError is the key every copy without a category of its own falls back to.
+const categoryError = "error"
+
+// categoryOf picks the category of one copy. A copy that executed and refused (409
+// out_of_stock) is a refusal, not a sale. A copy answered without Idempotency-Outcome (the
+// lab's routes, which have no idempotency layer) is coloured by its answer: a 2xx did the
+// work, a 409 idempotency_key_in_use met the lab's lock, another 409 or a 422 is a business
+// refusal; its text still says "no layer".
 func categoryOf(c copyRecord) category {
 	key := c.Outcome
 	switch {
 	case c.Error != "" || c.Status >= 500:
-		key = "error"
+		key = categoryError
 	case c.Via == "kafka":
 		key = "kafka"
-	case c.Outcome == "":
-		key = "none"
+	case c.Outcome == "" || c.Outcome == "executed":
+		key = answerCategory(c)
 	}
+	return categoryByKey(key)
+}
+
+// answerCategory is the category of a copy that no idempotency layer stopped, from its status
+// and problem code.
+func answerCategory(c copyRecord) string {
+	switch {
+	case c.Status >= 200 && c.Status < 300:
+		return "executed"
+	case c.Code == "idempotency_key_in_use":
+		return "in_progress"
+	case c.Status == 409 || c.Status == 422:
+		return "refused"
+	}
+	return categoryError
+}
+
+// categoryByKey returns the category named key, or the error category for an unknown one.
+func categoryByKey(key string) category {
 	for _, cat := range categories {
 		if cat.Key == key {
 			return cat
 		}
 	}
-	return categories[6] // error
+	return categoryByKey(categoryError)
+}
+
+// tally is how many copies of one run fell into one category: the run's own legend.
+type tally struct {
+	Category category
+	N        int
+}
+
+// tallyOf counts a run's copies per category, in legend order, leaving out the empty ones.
+func tallyOf(copies []copyRecord) []tally {
+	counts := map[string]int{}
+	for _, c := range copies {
+		counts[categoryOf(c).Key]++
+	}
+	var out []tally
+	for _, cat := range categories {
+		if n := counts[cat.Key]; n > 0 {
+			out = append(out, tally{cat, n})
+		}
+	}
+	return out
 }
 
 // writeHTMLFile writes the report to path, through a temporary file in the same directory so
@@ -101,6 +151,7 @@ func writeHTML(w io.Writer, r report) error {
 			Badge:  badgeClass(res.Verdict),
 			// Every text in the SVG went through esc.
 			SVG:     template.HTML(timelineSVG(i+1, res, scales[res.ID+"\x00"+res.Name])),
+			Tally:   tallyOf(res.Copies),
 			Metrics: sortedMetrics(res.Metrics),
 		})
 	}
@@ -129,10 +180,12 @@ type verdictCount struct {
 
 // htmlRun is one scenario against one target.
 type htmlRun struct {
-	Anchor  string
-	Result  result
-	Badge   string
-	SVG     template.HTML
+	Anchor string
+	Result result
+	Badge  string
+	SVG    template.HTML
+	// Tally is the run's legend: its copies counted per colour.
+	Tally   []tally
 	Metrics []metricLine
 }
 
@@ -405,6 +458,9 @@ code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monosp
 .legend ul { list-style: none; padding: 0; margin: 0; display: grid; grid-template-columns: repeat(auto-fill, minmax(330px, 1fr)); gap: 6px 18px; }
 .legend li { display: flex; gap: 8px; align-items: baseline; font-size: 14px; }
 .swatch { flex: none; width: 26px; height: 12px; border-radius: 2px; border: 1px solid rgba(0,0,0,.35); position: relative; top: 1px; }
+.tally { display: flex; flex-wrap: wrap; gap: 4px 18px; margin: 6px 0 0; font-size: 13px; color: var(--muted); }
+.tally-item { display: inline-flex; gap: 6px; align-items: baseline; }
+.tally .swatch { display: inline-block; width: 18px; height: 10px; }
 .swatch.kafka { background: linear-gradient(90deg, #4D4D4D 50%, transparent 50%), repeating-linear-gradient(45deg, #4D4D4D 0 2px, #ECECEC 2px 5px); }
 table.summary { width: 100%; border-collapse: collapse; font-size: 14px; }
 table.summary th, table.summary td { text-align: left; padding: 6px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
@@ -451,7 +507,7 @@ started {{.Report.StartedAt.Format "2006-01-02 15:04:05 MST"}} · took {{.Took}}
 <section aria-labelledby="legend-h">
 <div class="card legend">
 <h2 id="legend-h">How each copy was answered</h2>
-<p class="meta">One lane per copy, labelled by the path it stands for; each bar runs from the moment the copy left to the moment it was answered, on a time axis shared by the runs of one scenario. Its colour is the <code>Idempotency-Outcome</code> the server answered with, that is the layer that stopped (or executed) it.</p>
+<p class="meta">One lane per copy, labelled by the path it stands for; each bar runs from the moment the copy left to the moment it was answered, on a time axis shared by the runs of one scenario. Its colour is the copy's outcome: the <code>Idempotency-Outcome</code> the server answered with — the layer that stopped it — and, for a copy that executed, whether the work did the change or refused it. The lab's routes send no outcome (no idempotency layer): their copies are coloured by their answer. Under each timeline, the run's copies are counted per colour.</p>
 <ul>
 {{range .Categories}}<li><span class="swatch{{if eq .Key "kafka"}} kafka{{end}}" style="background-color: {{css .Color}}"></span><span><strong>{{.Label}}</strong> — {{.Meaning}}</span></li>
 {{end}}</ul>
@@ -475,6 +531,7 @@ started {{.Report.StartedAt.Format "2006-01-02 15:04:05 MST"}} · took {{.Took}}
 <header><h2>{{.Result.ID}} {{.Result.Name}} <span class="target {{.Result.Target}}">against {{.Result.Target}}</span></h2><span class="badge {{.Badge}}">{{.Result.Verdict}}</span></header>
 <p class="summary-line">{{.Result.Summary}}</p>
 {{.SVG}}
+{{if .Tally}}<p class="tally" aria-label="copies per outcome">{{range .Tally}}<span class="tally-item"><span class="swatch{{if eq .Category.Key "kafka"}} kafka{{end}}" style="background-color: {{css .Category.Color}}"></span>{{.Category.Label}} ×{{.N}}</span>{{end}}</p>{{end}}
 <dl class="eo">
 <dt>Expected</dt><dd>{{if .Result.Expected}}{{.Result.Expected}}{{else}}—{{end}}</dd>
 <dt>Observed (final state)</dt><dd>{{if .Result.Observed}}{{.Result.Observed}}{{else}}—{{end}}</dd>

@@ -96,8 +96,9 @@ func TestHTMLReportRendersInChromium(t *testing.T) {
 		t.Errorf("only %.1f%% of the pixels are not white: the page looks blank", 100*share)
 	}
 	// The legend's swatches and the first run's bars: executed (blue) and in_progress (orange)
-	// fill whole bars, so hundreds of their pixels carry the exact colour.
-	for _, key := range []string{"executed", "in_progress", "replayed", "state_rejected"} {
+	// fill whole bars, so hundreds of their pixels carry the exact colour. A refusal has its own
+	// colour, which at least the legend shows.
+	for _, key := range []string{"executed", "in_progress", "replayed", "state_rejected", "refused"} {
 		if palette[key] < 100 {
 			t.Errorf("%d pixels of %s's colour: the legend or the timelines did not render", palette[key], key)
 		}

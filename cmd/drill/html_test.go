@@ -237,3 +237,53 @@ func TestWriteHTMLFileReplacesTheFileWhole(t *testing.T) {
 		t.Errorf("left behind: %v", entries)
 	}
 }
+
+// TestHTMLColoursEveryOutcome checks that the timeline tells outcomes apart by colour: the
+// flash sale's five sales and forty-five out_of_stock refusals, which all executed, are two
+// colours, and the lab's copies, which carry no Idempotency-Outcome, are coloured by their
+// answer. Each run's tally counts its copies per colour.
+func TestHTMLColoursEveryOutcome(t *testing.T) {
+	r, page := renderFixture(t)
+	svgs := svgElement.FindAllString(page, -1)
+	count := func(svg string) map[string]int {
+		n := map[string]int{}
+		for _, lane := range laneGroup.FindAllStringSubmatch(svg, -1) {
+			n[lane[2]]++
+		}
+		return n
+	}
+	for i, res := range r.Results {
+		switch {
+		case res.ID == "flash-sale":
+			if got := count(svgs[i]); got["executed"] != 5 || got["refused"] != 45 || len(got) != 2 {
+				t.Errorf("flash sale lanes by colour: %v, want 5 executed and 45 refused", got)
+			}
+			if !strings.Contains(page, "executed / sold ×5") || !strings.Contains(page, "refused / out_of_stock ×45") {
+				t.Error("the flash sale's tally does not count 5 sold and 45 refused")
+			}
+		case res.ID == "I4" && res.Target == "lab":
+			if got := count(svgs[i]); got["executed"] != 2 || got["in_progress"] != 2 {
+				t.Errorf("I4 lab lanes by colour: %v, want 2 executed (200) and 2 in_progress (409 idempotency_key_in_use)", got)
+			}
+		}
+	}
+	for _, c := range []struct {
+		rec  copyRecord
+		want string
+	}{
+		{copyRecord{Via: "http", Status: 201, Outcome: "executed"}, "executed"},
+		{copyRecord{Via: "http", Status: 409, Outcome: "executed", Code: "out_of_stock"}, "refused"},
+		{copyRecord{Via: "http", Status: 409, Code: "out_of_stock"}, "refused"},
+		{copyRecord{Via: "http", Status: 200}, "executed"},
+		{copyRecord{Via: "http", Status: 409, Code: "idempotency_key_in_use"}, "in_progress"},
+		{copyRecord{Via: "http", Status: 200, Outcome: "replayed"}, "replayed"},
+		{copyRecord{Via: "http", Status: 404, Code: "not_found"}, "error"},
+		{copyRecord{Via: "http", Status: 500, Outcome: "executed"}, "error"},
+		{copyRecord{Via: "http", Status: 400, Outcome: "rejected"}, "error"},
+		{copyRecord{Via: "kafka"}, "kafka"},
+	} {
+		if got := categoryOf(c.rec).Key; got != c.want {
+			t.Errorf("categoryOf(%d %q %s) = %s, want %s", c.rec.Status, c.rec.Code, c.rec.Outcome, got, c.want)
+		}
+	}
+}

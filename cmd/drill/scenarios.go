@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,14 +24,41 @@ type routes struct {
 	// closeOrder is the path that closes one order unconditionally; nil for oncepay, whose
 	// only close is the job with its state precondition (I5).
 	closeOrder func(orderID string) string
+	// deliveryNotify is where I1's copy that came by entry path (callback, gateway, mq)
+	// with that path's own delivery id goes: one route for every path on oncepay, whose key
+	// is the notification's channel + trade_no; the lab's replica keys each path on its own id.
+	deliveryNotify func(path, deliveryID string) string
+	// kafka says the target consumes the payment.notifications topic; the lab does not, so
+	// its runs send the Kafka path's copies over HTTP.
+	kafka bool
+	// redeliveryNotify is the payment route I6 pays through and redelivers to after the purge.
+	redeliveryNotify string
+	// formOrders is the order form's submit route (I7), and formTokens whether the form is
+	// given a one-time token first.
+	formOrders string
+	formTokens bool
+	// flashOrders is where the flash sale's buyers order.
+	flashOrders string
+	// pausedNotify is I10's payment route, which takes ?pause=: the holder stops that long
+	// after taking its lock. Both targets' routes are under /lab/, because only the lab lets
+	// a caller pause a lock holder: oncepay's is its own guard and order service with a lease
+	// nothing renews; the lab's is the naive lock and unconditional write.
+	pausedNotify string
 }
 
 // oncepayRoutes are the contract's routes.
 var oncepayRoutes = routes{
-	target:         "oncepay",
-	orders:         "/v1/orders",
-	paymentNotify:  "/v1/payments/notify",
-	rechargeNotify: "/v1/recharges/notify",
+	target:           "oncepay",
+	orders:           "/v1/orders",
+	paymentNotify:    "/v1/payments/notify",
+	rechargeNotify:   "/v1/recharges/notify",
+	deliveryNotify:   func(string, string) string { return "/v1/payments/notify" },
+	kafka:            true,
+	redeliveryNotify: "/v1/payments/notify",
+	formOrders:       "/v1/orders",
+	formTokens:       true,
+	flashOrders:      "/v1/orders",
+	pausedNotify:     "/lab/guarded/payments/notify-after-pause",
 }
 
 // labProbePath must answer non-404 (an index of the lab, say) when the server runs with
@@ -54,6 +82,20 @@ const labProbePath = "/lab/"
 //     too and pays again: stock confirmed twice or paid_at stamped twice (I4).
 //   - POST /lab/orders/{order_id}/close: admin bearer; sets CLOSED with no precondition (I5).
 //     The lab run of I5 pays its order first through POST /lab/payments/notify, one copy.
+//   - POST /lab/payments/notify-per-path?path=…&delivery_id=…: a signed notification; each
+//     entry path deduplicates on its own delivery id, then sets PAYING, confirms the stock
+//     and, after 400 ms, sets PAID, all unconditionally: three paths confirm three times and
+//     the late copy moves PAID back to PAYING (I1).
+//   - POST /lab/payments/notify-unconditional: a signed notification; a dedup row keyed by
+//     channel + trade_no that the purge job removes, then PAID and a stock confirm with no
+//     precondition: the redelivery after the purge pays again (I6).
+//   - POST /lab/orders/submit: the body of /v1/orders; no token, an order per submit (I7).
+//   - POST /lab/orders/check-then-act: the body of /v1/orders; reads available, then
+//     subtracts with no WHERE precondition: concurrent buyers oversell (flash sale).
+//   - POST /lab/payments/notify-after-pause?pause=…: a signed notification; a 1 s lease that
+//     nothing renews, a check, the pause, then an unconditional payment (I10).
+//   - POST /lab/guarded/payments/notify-after-pause?pause=…: the same pause and lease around
+//     oncepay's own guard and order service, which the oncepay row of I10 drives.
 //
 // The lab writes the same orders, stock and balances that /v1 reads.
 var labRoutes = routes{
@@ -62,6 +104,13 @@ var labRoutes = routes{
 	paymentNotify:  "/lab/payments/notify",
 	rechargeNotify: "/lab/recharges/notify",
 	closeOrder:     func(id string) string { return "/lab/orders/" + id + "/close" },
+	deliveryNotify: func(path, id string) string {
+		return "/lab/payments/notify-per-path?path=" + url.QueryEscape(path) + "&delivery_id=" + url.QueryEscape(id)
+	},
+	redeliveryNotify: "/lab/payments/notify-unconditional",
+	formOrders:       "/lab/orders/submit",
+	flashOrders:      "/lab/orders/check-then-act",
+	pausedNotify:     "/lab/payments/notify-after-pause",
 }
 
 // scenario is one drill. run fires the copies and judges the effect; lab says whether the
@@ -116,15 +165,18 @@ func (s scenario) paying(rt routes) bool { return s.pays && rt.target == oncepay
 // catalog lists the scenarios in the order the report prints them. I5 has two halves with the
 // same id, so --only I5 selects both.
 var catalog = []scenario{
-	{id: "I1", name: "triple delivery", pays: true, run: (*drill).tripleDelivery},
+	{id: "I1", name: "triple delivery", lab: true, pays: true, run: (*drill).tripleDelivery},
 	{id: "I2", name: "concurrent recharge callbacks", lab: true, run: (*drill).rechargeCallbacks},
 	{id: "I3", name: "same key, concurrent creates", lab: true, purgeSensitive: true, run: (*drill).sameKeyOrders},
 	{id: "I4", name: "lock expiry under a slow payment", lab: true, pays: true, run: (*drill).slowPayment},
 	{id: "I5", name: "late close of a paid order", lab: true, closeJob: closeAlone, pays: true, run: (*drill).lateClose},
 	{id: "I5", name: "payment after close", closeJob: closeAfterOthers, pays: true, run: (*drill).payAfterClose},
-	{id: "I6", name: "purge before redelivery", pays: true, run: (*drill).purgeThenRedeliver},
-	{id: "I7", name: "double click", purgeSensitive: true, run: (*drill).doubleClick},
-	{id: "flash-sale", name: "flash sale", run: (*drill).flashSale},
+	{id: "I6", name: "purge before redelivery", lab: true, pays: true, run: (*drill).purgeThenRedeliver},
+	{id: "I7", name: "double click", lab: true, purgeSensitive: true, run: (*drill).doubleClick},
+	{id: "flash-sale", name: "flash sale", lab: true, run: (*drill).flashSale},
+	// I10's oncepay run answers its stale holder from the dedup record, which I6's purge must
+	// not remove in the meantime.
+	{id: "I10", name: "paused holder writes late", lab: true, purgeSensitive: true, run: (*drill).staleWriter},
 }
 
 // scenarioIDs returns the distinct scenario ids in catalog order.
@@ -148,8 +200,17 @@ func canonicalID(name string) (string, bool) {
 	return "", false
 }
 
-// tripleDelivery is I1: one payment notification reaches oncepay by four paths at once (three
-// HTTP retries and Kafka redeliveries), all converging on channel + trade_no.
+// i1LateAt is when the lab run of I1 sends its late copy (the queue's redelivery): after the
+// first two copies have paid the order (each takes about 400 ms in the lab), so that its
+// unconditional PAYING moves a PAID order backwards.
+const i1LateAt = 1500 * time.Millisecond
+
+// tripleDelivery is I1: one payment notification reaches the server by three entry paths —
+// the channel's callback retry, the gateway's retry, the queue's redelivery — which must all
+// converge on one key, channel + trade_no. oncepay gets three HTTP copies and three Kafka
+// redeliveries at once. The lab's replica keys each path on its own delivery id, so the run
+// against it sends one copy per path, each with a new id, and the queue's copy late (i1LateAt),
+// over HTTP because the lab consumes no topic.
 func (d *drill) tripleDelivery(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
 	sku, o, err := d.orderOnNewSKU(ctx, rt, "I1", 1)
@@ -157,16 +218,24 @@ func (d *drill) tripleDelivery(ctx context.Context, rt routes) (outcome, error) 
 		return out, err
 	}
 	tradeNo, body := d.notification(string(o.OrderID), o.Amount)
-	shots := []shot{
-		d.notifyShot(0, "channel retry", rt.paymentNotify, body),
-		d.notifyShot(0, "gateway retry", rt.paymentNotify, body),
-		d.notifyShot(0, "client retry", rt.paymentNotify, body),
+	deliver := func(at time.Duration, label, path string) shot {
+		return d.notifyShot(at, label, rt.deliveryNotify(path, randomHex(6)), body)
 	}
-	if d.c.kafka != nil {
+	var shots []shot
+	switch {
+	case !rt.kafka:
+		shots = []shot{
+			deliver(0, "channel retry", "callback"),
+			deliver(100*time.Millisecond, "gateway retry", "gateway"),
+			deliver(i1LateAt, "kafka redelivery (late, over HTTP)", "mq"),
+		}
+	case d.c.kafka != nil:
+		shots = []shot{deliver(0, "channel retry", "callback"), deliver(0, "gateway retry", "gateway"), deliver(0, "client retry", "callback")}
 		for range 3 {
 			shots = append(shots, d.kafkaShot(0, "kafka redelivery", tradeNo, body))
 		}
-	} else {
+	default:
+		shots = []shot{deliver(0, "channel retry", "callback"), deliver(0, "gateway retry", "gateway"), deliver(0, "client retry", "callback")}
 		out.notef("Kafka path disabled (--kafka=): only the 3 HTTP copies were fired")
 	}
 	w := d.watchOrder(ctx, o)
@@ -329,7 +398,7 @@ func (d *drill) slowPayment(ctx context.Context, rt routes) (outcome, error) {
 // transaction, so on the embedded SQLite the lab run does not queue behind oncepay's payments.
 func (d *drill) lateClose(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
-	p, err := d.payNewOrder(ctx, rt, "I5", "payment", &out)
+	p, err := d.payNewOrder(ctx, rt, rt.paymentNotify, "I5", "payment", &out)
 	if err != nil {
 		return out, err
 	}
@@ -452,9 +521,11 @@ func (d *drill) payAfterClose(ctx context.Context, rt routes) (outcome, error) {
 
 // purgeThenRedeliver is I6: after the dedup rows are purged, a redelivery over HTTP and Kafka
 // must still find the order PAID and change nothing, through the state precondition alone.
+// The lab's replica keeps a dedup row too, which the same purge removes, but its update has
+// no precondition: its redelivery (over HTTP only; the lab consumes no topic) pays again.
 func (d *drill) purgeThenRedeliver(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
-	p, err := d.payNewOrder(ctx, rt, "I6", "first delivery", &out)
+	p, err := d.payNewOrder(ctx, rt, rt.redeliveryNotify, "I6", "first delivery", &out)
 	if err != nil {
 		return out, err
 	}
@@ -473,12 +544,13 @@ func (d *drill) purgeThenRedeliver(ctx context.Context, rt routes) (outcome, err
 		out.notef("the purge removed no dedup rows, so the redelivery may have met the row it was meant to miss")
 	}
 	shots := []shot{
-		d.notifyShot(0, "channel redelivery", rt.paymentNotify, p.body),
-		d.notifyShot(0, "gateway redelivery", rt.paymentNotify, p.body),
+		d.notifyShot(0, "channel redelivery", rt.redeliveryNotify, p.body),
+		d.notifyShot(0, "gateway redelivery", rt.redeliveryNotify, p.body),
 	}
-	if d.c.kafka != nil {
+	switch {
+	case rt.kafka && d.c.kafka != nil:
 		shots = append(shots, d.kafkaShot(0, "kafka redelivery", p.tradeNo, p.body), d.kafkaShot(0, "kafka redelivery", p.tradeNo, p.body))
-	} else {
+	case rt.kafka:
 		out.notef("Kafka path disabled (--kafka=): the redelivery went over HTTP only")
 	}
 	w := d.watchOrder(ctx, p.order)
@@ -498,7 +570,8 @@ func (d *drill) purgeThenRedeliver(ctx context.Context, rt routes) (outcome, err
 }
 
 // doubleClick is I7: an order form submitted twice with its one-time token, first one after
-// the other and then five times at once with a second token, makes one order per token.
+// the other and then five times at once with a second token, makes one order per token. The
+// lab's form has no token: each submit is an order.
 func (d *drill) doubleClick(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
 	sku, err := d.newSKU(ctx, rt, "I7", 1999, 100)
@@ -507,14 +580,20 @@ func (d *drill) doubleClick(ctx context.Context, rt routes) (outcome, error) {
 	}
 	body := orderBody(sku.SKU, 1)
 	click := func(token string) call {
-		return call{method: http.MethodPost, path: oncepayRoutes.orders, bearer: d.cfg.UserKey, idemKey: token, body: body}
+		return call{method: http.MethodPost, path: rt.formOrders, bearer: d.cfg.UserKey, idemKey: token, body: body}
 	}
-	tok1, err := d.token(ctx)
+	form := func() (string, error) { // the form is shown: with its token, if the target issues one
+		if !rt.formTokens {
+			return "", nil
+		}
+		return d.token(ctx)
+	}
+	tok1, err := form()
 	if err != nil {
 		return out, err
 	}
 	sequential := fireInOrder(ctx, []shot{d.httpShot(0, "first click", click(tok1)), d.httpShot(0, "second click", click(tok1))})
-	tok2, err := d.token(ctx)
+	tok2, err := form()
 	if err != nil {
 		return out, err
 	}
@@ -533,19 +612,19 @@ func (d *drill) doubleClick(ctx context.Context, rt routes) (outcome, error) {
 	}
 	ids := refsOf(out.copies, http.StatusCreated)
 	if want := (stockDelta{-2, 2, 0}); after.since(sku) != want {
-		out.effectf("stock %s for two tokens, want %s", after.since(sku), want)
+		out.effectf("stock %s for two forms, want %s", after.since(sku), want)
 	}
-	out.expected = "one order per token (2 orders); stock available -2, reserved +2, sold +0"
+	out.expected = "one order per form (2 orders); stock available -2, reserved +2, sold +0"
 	out.observed = fmt.Sprintf("%d order_id(s); stock %s", len(ids), after.since(sku))
 	out.held = joinNonEmpty("one order per token", stoppedSummary(out.copies))
 	return out, nil
 }
 
-// checkOneResult checks the copies sent with one token: the first 201 is the order, every
-// duplicate is that same order replayed or a 409 while it is still being made.
+// checkOneResult checks the copies of one form (sent with one token): the first 201 is the
+// order, every duplicate is that same order replayed or a 409 while it is still being made.
 func checkOneResult(f *findings, group []copyRecord) {
 	if ids := refsOf(group, http.StatusCreated); len(ids) > 1 {
-		f.effectf("one token made %d orders", len(ids))
+		f.effectf("one form made %d orders", len(ids))
 	}
 	fresh := 0
 	for _, c := range group {
@@ -564,7 +643,8 @@ func checkOneResult(f *findings, group []copyRecord) {
 }
 
 // flashSale sells 5 units to 50 concurrent buyers with distinct keys: exactly 5 orders, 45
-// out_of_stock, and stock never below zero.
+// out_of_stock, and stock never below zero. The lab's replica checks the stock and then
+// subtracts with no precondition, so the buyers who read the same stock all buy.
 func (d *drill) flashSale(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
 	const units, buyers = 5, 50
@@ -579,7 +659,7 @@ func (d *drill) flashSale(ctx context.Context, rt routes) (outcome, error) {
 		if i%2 == 1 {
 			key = d.cfg.OtherUserKey
 		}
-		shots[i] = d.httpShot(0, "buyer", call{method: http.MethodPost, path: rt.orders, bearer: key,
+		shots[i] = d.httpShot(0, "buyer", call{method: http.MethodPost, path: rt.flashOrders, bearer: key,
 			idemKey: d.key(rt, "FLASH-"+strconv.Itoa(i)), body: body})
 	}
 	var mu sync.Mutex
@@ -631,4 +711,70 @@ func (d *drill) flashSale(ctx context.Context, rt routes) (outcome, error) {
 	out.observed = fmt.Sprintf("%d × 201, %d × 409 out_of_stock; available %d, reserved %d, lowest seen %d", sold, soldOut, after.Available, after.Reserved, lowest)
 	out.held = fmt.Sprintf("%d sold, %d × out_of_stock, available never below 0", sold, soldOut)
 	return out, nil
+}
+
+// The timing of I10. The holder takes the lock, whose lease is 1 s on both I10 routes and
+// never renewed, and pauses for i10Pause; the retry comes at i10RetryAt, once the lease has
+// run out, and is done long before the holder wakes and writes.
+const (
+	i10Pause   = 3 * time.Second
+	i10RetryAt = 1500 * time.Millisecond
+)
+
+// staleWriter is I10: a lock holder paused past its lease (a GC pause, a stopped process)
+// wakes after another copy took the lock and paid, and writes anyway. No lock can stop that;
+// the store must refuse the stale write. The server pauses the holder on request (?pause=),
+// which only the lab's routes take, so both runs need ONCEPAY_LAB=true: oncepay's run goes
+// through oncepay's guard and order service with a lease nothing renews, where the dedup
+// record's unique key and the state precondition refuse the holder; the lab's goes through
+// the naive lock and an unconditional write, which lands.
+func (d *drill) staleWriter(ctx context.Context, rt routes) (outcome, error) {
+	var out outcome
+	if !d.lab {
+		out.skipped = "the server pauses a lock holder only under /lab/: start it with ONCEPAY_LAB=true to run I10"
+		return out, nil
+	}
+	sku, o, err := d.orderOnNewSKU(ctx, rt, "I10", 1)
+	if err != nil {
+		return out, err
+	}
+	tradeNo, body := d.notification(string(o.OrderID), o.Amount)
+	shots := []shot{
+		d.notifyShot(0, "paused holder", rt.pausedNotify+"?pause="+i10Pause.String(), body),
+		d.notifyShot(i10RetryAt, "retry after the lease", rt.pausedNotify, body),
+	}
+	w := d.watchOrder(ctx, o)
+	out.copies = fireAll(ctx, shots)
+	final, after, err := d.finalState(ctx, w, string(o.OrderID), sku.SKU)
+	if err != nil {
+		return out, err
+	}
+	checkNotifyAnswers(&out.findings, out.copies)
+	checkPaidOnce(&out.findings, w, final, after.since(sku), tradeNo)
+	holder, retry := out.copies[0], out.copies[1]
+	stale := retry.Error == "" && holder.Error == "" && retry.StartMS+retry.DurationMS < holder.StartMS+holder.DurationMS
+	if !stale {
+		out.notef("the retry was not answered before the paused holder (+%s against +%s), so the holder did not write last; "+
+			"the server was too busy to replay I10's order of events", fmtMS(retry.StartMS+retry.DurationMS), fmtMS(holder.StartMS+holder.DurationMS))
+	}
+	if rt.target == oncepayRoutes.target && holder.Outcome == "executed" && retry.Outcome == "executed" {
+		out.answerf("both the paused holder and the retry report Idempotency-Outcome: executed")
+	}
+	out.expected = "PAID once, by the retry that took the expired lease; the paused holder's late write refused; stock available -1, reserved +0, sold +1"
+	out.observed = fmt.Sprintf("%s; stock %s; paid_at %s; the paused holder answered %s after %s", final.Status, after.since(sku),
+		orNone(w.paidAtPath()), answerSummary(holder), fmtMS(holder.DurationMS))
+	out.held = fmt.Sprintf("the holder, paused %s past its 1s lease, wrote after the retry had paid; its stale write was refused (%s); paid once",
+		i10Pause, answerSummary(holder))
+	if !stale {
+		out.held = "paid once, although the retry did not finish before the paused holder woke"
+	}
+	return out, nil
+}
+
+// answerSummary is a copy's answer in a few words, e.g. "200 replayed" or "409 idempotency_key_in_use".
+func answerSummary(c copyRecord) string {
+	if c.Error != "" {
+		return "no answer"
+	}
+	return strings.TrimSpace(statusText(c) + " " + c.Outcome)
 }

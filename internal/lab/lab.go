@@ -21,10 +21,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -38,11 +41,28 @@ type Lab struct {
 	// ChaosDelay slows the naive payment between its check and its update (I4), to no less
 	// than the article's slowUpstream.
 	ChaosDelay time.Duration
+	// guarded is oncepay's own idempotency guard, set up the way a paused process meets it
+	// (I10): a short lease that nothing renews. It is the one part of the lab that is right;
+	// see payGuardedAfterPause.
+	guarded *idemhttp.Adapter
 }
 
 // New returns the lab on the real database and Redis.
 func New(db *gorm.DB, rdb *redis.Client, gen *ids.Generator, orders *order.Service, secret string, chaos time.Duration) *Lab {
-	return &Lab{db: db, ids: gen, orders: orders, rdb: rdb, secret: secret, ChaosDelay: chaos}
+	l := &Lab{db: db, ids: gen, orders: orders, rdb: rdb, secret: secret, ChaosDelay: chaos}
+	l.guarded = idemhttp.New(idempotent.New(db, rdb, idempotent.Config{
+		KeyPrefix: "oncepay:lab:",
+		// The lease runs out during the pause and nothing renews it: a paused process cannot
+		// run its watchdog either. What must stop the stale write is the database.
+		LockTTL:    staleLease,
+		NoWatchdog: true,
+		BeforeWork: pauseHolder,
+		Classify:   database.Classify,
+		Reject:     idemhttp.StoredProblem,
+		NewID:      gen.Next,
+		RequestID:  requestid.From,
+	}))
+	return l
 }
 
 // Routes serves the replicas, mounted at /lab.
@@ -54,6 +74,12 @@ func (l *Lab) Routes(requireUser, requireAdmin func(http.Handler) http.Handler) 
 	r.With(requireUser).Post("/orders", l.createOrderDedupAfter)
 	r.With(web.RequireSignature(l.secret)).Post("/payments/notify", l.payWithFixedLock)
 	r.With(requireAdmin).Post("/orders/{order_id}/close", l.closeUnconditionally)
+	r.With(web.RequireSignature(l.secret)).Post("/payments/notify-per-path", l.payPerPathKey)
+	r.With(web.RequireSignature(l.secret)).Post("/payments/notify-unconditional", l.payDedupThenUnconditional)
+	r.With(requireUser).Post("/orders/submit", l.createOrderEverySubmit)
+	r.With(requireUser).Post("/orders/check-then-act", l.createOrderCheckThenAct)
+	r.With(web.RequireSignature(l.secret)).Post("/payments/notify-after-pause", l.payAfterPause)
+	r.With(web.RequireSignature(l.secret)).Post("/guarded/payments/notify-after-pause", l.payGuardedAfterPause)
 	return r
 }
 
@@ -65,6 +91,14 @@ func (l *Lab) index(w http.ResponseWriter, _ *http.Request) {
 			"POST /lab/orders":                  "I3: dedup row written after the business update, outside its transaction (seed 000 §5.1)",
 			"POST /lab/payments/notify":         "I4: fixed 5 s lock, no watchdog, check-then-act around 8 s of work (or ONCEPAY_CHAOS_PAYMENT_DELAY when longer) (seed 000 §5.2)",
 			"POST /lab/orders/{order_id}/close": "I5: unconditional UPDATE orders SET status='CLOSED' (seed 000 §5.3)",
+			"POST /lab/payments/notify-per-path?path=&delivery_id=": "I1: each entry path deduplicates on a key of its own; " +
+				"unconditional PAYING → stock confirm → PAID, so three paths confirm three times and a late copy moves PAID back to PAYING (seed 000 §1.1)",
+			"POST /lab/payments/notify-unconditional":      "I6: a dedup row that the purge job removes (kept one day), then an UPDATE with no status precondition (seed 000 §4.4)",
+			"POST /lab/orders/submit":                      "I7: no one-time token: every submit of the form creates an order (seed 002)",
+			"POST /lab/orders/check-then-act":              "flash sale: SELECT available, then UPDATE available = available - q with no WHERE precondition (seed 002 §6)",
+			"POST /lab/payments/notify-after-pause?pause=": "I10: a 1 s lease, a check, a pause past the lease, then an unconditional write (Kleppmann)",
+			"POST /lab/guarded/payments/notify-after-pause?pause=": "I10, the fix: oncepay's guard with the same unrenewed 1 s lease and pause; " +
+				"the state precondition and the dedup record's unique key refuse the stale write",
 		},
 	})
 }
@@ -176,13 +210,22 @@ func (l *Lab) createOrderDedupAfter(w http.ResponseWriter, r *http.Request) {
 // takes the lock, still sees the order unpaid, and pays again: paid_at is stamped twice and
 // the stock is confirmed twice.
 func (l *Lab) payWithFixedLock(w http.ResponseWriter, r *http.Request) {
+	l.payUnderFixedLease(w, r, "oncepay:lab:pay:", fixedLease, max(l.ChaosDelay, slowUpstream))
+}
+
+// payUnderFixedLease is the naive payment that I4 and I10 share: take a lease of its own
+// that nothing renews, check that the order is unpaid, let hold pass (a slow upstream, a
+// pause), then write PAID and confirm the stock with no precondition. A copy that finds the
+// lease held answers 409; one that comes after the lease ran out goes through.
+func (l *Lab) payUnderFixedLease(w http.ResponseWriter, r *http.Request, keyPrefix string, leaseFor, hold time.Duration) {
 	n, id, err := decodeNotification(r)
 	if err != nil {
 		web.WriteError(w, r, err)
 		return
 	}
 	ctx := r.Context()
-	lease, err := takeFixedLease(ctx, l.rdb, "oncepay:lab:pay:"+n.Channel+":"+n.TradeNo, fixedLease)
+	key := keyPrefix + n.Channel + ":" + n.TradeNo
+	lease, err := takeFixedLease(ctx, l.rdb, key, leaseFor)
 	if err != nil {
 		web.WriteError(w, r, err)
 		return
@@ -191,7 +234,7 @@ func (l *Lab) payWithFixedLock(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, apperr.New(http.StatusConflict, "idempotency_key_in_use", "the lab lock is held; retry later"))
 		return
 	}
-	defer releaseFixedLease(context.WithoutCancel(ctx), l.rdb, "oncepay:lab:pay:"+n.Channel+":"+n.TradeNo, lease)
+	defer releaseFixedLease(context.WithoutCancel(ctx), l.rdb, key, lease)
 
 	o, err := l.orders.Lookup(ctx, l.db, id)
 	if err != nil {
@@ -202,26 +245,45 @@ func (l *Lab) payWithFixedLock(w http.ResponseWriter, r *http.Request) {
 		web.WriteJSON(w, http.StatusOK, success)
 		return
 	}
-	time.Sleep(max(l.ChaosDelay, slowUpstream)) // … the slow upstream, while the fixed lease runs out unrenewed …
-	now := time.Now().UTC()
-	err = l.write(ctx, func(db *gorm.DB) error { // … then act, unconditionally.
-		return db.Table("orders").Where("id = ?", id).
-			Updates(map[string]any{"status": "PAID", "channel": n.Channel, "trade_no": n.TradeNo, "paid_at": now, "updated_at": now}).Error
-	})
-	for _, it := range o.Items {
-		if err == nil {
-			err = l.write(ctx, func(db *gorm.DB) error {
-				return db.Table("inventory").Where("sku = ?", it.SKU).Updates(map[string]any{
-					"reserved": gorm.Expr("reserved - ?", it.Quantity), "sold": gorm.Expr("sold + ?", it.Quantity),
-				}).Error
-			})
-		}
+	// … the slow upstream or the pause, while the lease runs out unrenewed …
+	time.Sleep(hold)
+	// … then act, unconditionally.
+	err = l.markPaidUnconditionally(ctx, o, n)
+	if err == nil {
+		err = l.confirmStockUnconditionally(ctx, o)
 	}
 	if err != nil {
 		web.WriteError(w, r, err)
 		return
 	}
 	web.WriteJSON(w, http.StatusOK, success)
+}
+
+// markPaidUnconditionally is the naive replicas' payment write: UPDATE orders SET
+// status='PAID', paid_at=now … WHERE id=? with no status precondition. Each call stamps
+// paid_at again, and moves any status, CLOSED or PAYING, to PAID.
+func (l *Lab) markPaidUnconditionally(ctx context.Context, o order.Order, n notification) error {
+	now := time.Now().UTC()
+	return l.write(ctx, func(db *gorm.DB) error {
+		return db.Table("orders").Where("id = ?", o.ID).
+			Updates(map[string]any{"status": "PAID", "channel": n.Channel, "trade_no": n.TradeNo, "paid_at": now, "updated_at": now}).Error
+	})
+}
+
+// confirmStockUnconditionally moves every item of o from reserved to sold with no
+// precondition and no movement record: called twice, it confirms twice.
+func (l *Lab) confirmStockUnconditionally(ctx context.Context, o order.Order) error {
+	for _, it := range o.Items {
+		err := l.write(ctx, func(db *gorm.DB) error {
+			return db.Table("inventory").Where("sku = ?", it.SKU).Updates(map[string]any{
+				"reserved": gorm.Expr("reserved - ?", it.Quantity), "sold": gorm.Expr("sold + ?", it.Quantity),
+			}).Error
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fixedLease is the lab lock's lease: the article's 5 s, fixed, and never renewed (I4).
