@@ -85,8 +85,8 @@ func partitionFor(key string, partitions int) int {
 	return kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: []byte(key)}, ids...)
 }
 
-// publish writes one notification with key to its partition, waits for every in-sync replica,
-// and returns where it landed.
+// publish writes one notification with key to its partition, signed like its HTTP copies
+// (X-Signature), waits for every in-sync replica, and returns where it landed.
 func (c *client) publish(ctx context.Context, key, requestID string, value []byte) (placement, error) {
 	p := placement{Partition: partitionFor(key, c.partitions)}
 	resp, err := c.kafka.Produce(ctx, &kafka.ProduceRequest{
@@ -96,7 +96,7 @@ func (c *client) publish(ctx context.Context, key, requestID string, value []byt
 		Records: kafka.NewRecordReader(kafka.Record{
 			Key:     kafka.NewBytes([]byte(key)),
 			Value:   kafka.NewBytes(value),
-			Headers: []kafka.Header{{Key: "X-Request-Id", Value: []byte(requestID)}},
+			Headers: []kafka.Header{{Key: "X-Request-Id", Value: []byte(requestID)}, {Key: "X-Signature", Value: []byte(sign(c.secret, value))}},
 		}),
 	})
 	if err == nil {

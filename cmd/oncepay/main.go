@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/oncepay/oncepay/internal/app"
@@ -58,7 +59,7 @@ func serve(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	}
 	defer a.Close()
 	if cfg.SeedDemo {
-		printDemo(stdout, cfg)
+		printBanner(stdout, cfg)
 	}
 	return a.Run(ctx, nil)
 }
@@ -76,18 +77,36 @@ func migrate(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	return nil
 }
 
-func printDemo(w io.Writer, cfg config.Config) {
+// printBanner prints the start-up banner: where the server listens and a curl to try. The
+// demo keys — the users' API keys, the admin key and the channel secret — are printed only
+// while both secrets are the public dev-* defaults; a configured secret is never printed,
+// not even a prefix of it, and then neither are the demo keys.
+func printBanner(w io.Writer, cfg config.Config) {
 	base := "http://localhost" + cfg.HTTPAddr
 	if cfg.HTTPAddr != "" && cfg.HTTPAddr[0] != ':' {
 		base = "http://" + cfg.HTTPAddr
 	}
 	fmt.Fprintf(w, "\noncepay is starting on %s with demo data:\n", base)
-	for _, u := range app.DemoUsers {
-		fmt.Fprintf(w, "  user %-6s API key %s\n", u.Name, u.APIKey)
+	if cfg.DevSecrets() {
+		for _, u := range app.DemoUsers {
+			fmt.Fprintf(w, "  user %-6s API key %s\n", u.Name, u.APIKey)
+		}
+		fmt.Fprintf(w, "  admin        key     %s\n", cfg.AdminKey)
+		fmt.Fprintf(w, "  channel secret       %s\n", cfg.ChannelSecret)
+	} else {
+		names := make([]string, len(app.DemoUsers))
+		for i, u := range app.DemoUsers {
+			names[i] = u.Name
+		}
+		fmt.Fprintf(w, "  users %s seeded; their keys are not shown because the secrets are configured\n", strings.Join(names, ", "))
+		fmt.Fprintf(w, "  admin key and channel secret: set from ONCEPAY_ADMIN_KEY and ONCEPAY_CHANNEL_SECRET (not shown)\n")
 	}
-	fmt.Fprintf(w, "  admin        key     %s\n", cfg.AdminKey)
-	fmt.Fprintf(w, "  channel secret       %s\n\ntry:\n", cfg.ChannelSecret)
+	fmt.Fprintf(w, "\ntry:\n")
 	fmt.Fprintf(w, "  curl -s %s/healthz\n", base)
 	fmt.Fprintf(w, "  curl -s %s/v1/inventory/SKU-1001\n", base)
-	fmt.Fprintf(w, "  curl -s -X POST -H 'Authorization: Bearer demo-alice-key' %s/v1/idempotency-tokens\n\n", base)
+	fmt.Fprintf(w, "  curl -s %s/v1/idempotency-policy\n", base)
+	if cfg.DevSecrets() {
+		fmt.Fprintf(w, "  curl -s -X POST -H 'Authorization: Bearer %s' %s/v1/idempotency-tokens\n", app.DemoUsers[0].APIKey, base)
+	}
+	fmt.Fprintln(w)
 }

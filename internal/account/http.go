@@ -9,6 +9,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -159,10 +160,11 @@ func (h *Handler) getRecharge(w http.ResponseWriter, r *http.Request) {
 }
 
 // notify serves POST /v1/recharges/notify, a channel's signed notification, validated
-// completely before its key is claimed, so that a malformed copy stores nothing and the
-// correct one still credits. The answer is 200 {"result":"success"} for a success, a
-// duplicate, or a status that is not SUCCESS; when the recharge had already moved on it
-// carries Idempotency-Outcome: state_rejected.
+// completely before its key is claimed, so that a malformed copy (an unknown field, amount
+// 0) gets 400 and stores nothing, and the correct one still credits. The answer is 200
+// {"result":"success"} for a success, a duplicate, or a status that is not SUCCESS; when the
+// recharge had already moved on it carries Idempotency-Outcome: state_rejected. The same
+// channel + trade_no for another recharge is 422 trade_conflict, recorded as an anomaly.
 func (h *Handler) notify(w http.ResponseWriter, r *http.Request) {
 	body, err := web.ReadBody(r)
 	if err != nil {
@@ -178,15 +180,32 @@ func (h *Handler) notify(w http.ResponseWriter, r *http.Request) {
 		idemhttp.Reject(w, r, err)
 		return
 	}
-	_, _ = h.idem.Do(w, r, n.NotifyKey(), body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	req := idempotent.Request{
+		Key:         n.NotifyKey(),
+		Fingerprint: idempotent.Fingerprint(r.Method, r.URL.Path, body),
+		Reject:      func(_ context.Context, err error) (idempotent.Response, bool) { return idemhttp.Problem(r, err) },
+	}
+	res, err := h.idem.Guard().Do(r.Context(), req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		outcome, err := h.recharges.Notify(ctx, tx, n)
 		return answer(ctx, outcome, err)
 	})
+	if errors.Is(err, idempotent.ErrKeyReused) {
+		// The key (channel + trade_no) was stored with another body. For another recharge
+		// than the trade's own it is a trade_conflict, kept as an anomaly (I1).
+		conflict, cerr := h.recharges.TradeConflict(r.Context(), n)
+		switch {
+		case cerr != nil:
+			res, err = idempotent.Result{}, cerr
+		case conflict:
+			err = anomaly.ErrTradeConflict
+		}
+	}
+	idemhttp.Write(w, r, res, err)
 }
 
 // answer turns the outcome of Notify into the channel's answer: success (marked
-// state_rejected when the recharge had moved on), a 400 amount_mismatch committed with its
-// anomaly, or the error for the guard to store (4xx) or not (anything else).
+// state_rejected when the recharge had moved on), a 400 amount_mismatch or a 422
+// trade_conflict committed with its anomaly, or the error for the guard to store (4xx) or not (anything else).
 func answer(ctx context.Context, outcome NotifyOutcome, err error) (idempotent.Response, error) {
 	switch {
 	case err == nil:
@@ -195,7 +214,7 @@ func answer(ctx context.Context, outcome NotifyOutcome, err error) (idempotent.R
 			resp.Header[idemhttp.HeaderOutcome] = string(idempotent.StateRejected)
 		}
 		return resp, nil
-	case errors.Is(err, ErrAmountMismatch):
+	case errors.Is(err, ErrAmountMismatch), errors.Is(err, anomaly.ErrTradeConflict):
 		resp, _ := idemhttp.StoredProblem(ctx, err)
 		return resp, nil
 	}

@@ -48,8 +48,9 @@ var (
 	ErrRechargeNotFound = apperr.ErrNotFound.Withf("no such recharge")
 	// ErrInvalidAmount is an amount outside 1..10^10 cents.
 	ErrInvalidAmount = apperr.ErrInvalidRequest.Withf("amount must be an integer number of cents in 1..10^10")
-	// ErrTradeNoTaken is a channel trade_no that already paid another recharge.
-	ErrTradeNoTaken = apperr.New(http.StatusConflict, "illegal_state", "this channel trade_no already paid another recharge")
+	// ErrTradeNoTaken is a channel trade_no that already paid another recharge: 422
+	// trade_conflict, recorded as an anomaly (CONTRACT.md).
+	ErrTradeNoTaken = anomaly.ErrTradeConflict.Withf("this channel trade_no already paid another recharge")
 )
 
 // Recharge is a row of recharges: a top-up a user asked for and a channel will pay.
@@ -86,8 +87,9 @@ type Notification struct {
 }
 
 // Validate checks the fields' presence and lengths (the columns' widths), so that nothing is
-// truncated or refused by the database, and the amount of a success. The amount of another
-// status is not checked: such a notification is acknowledged whatever it says.
+// truncated or refused by the database, and the amount, 1..10^10 cents whatever the status,
+// as the payments path does. The handler calls it before the key is claimed, so that a
+// malformed copy stores nothing and the channel's correct copy still credits.
 func (n Notification) Validate() error {
 	switch {
 	case n.Channel == "" || len(n.Channel) > 64:
@@ -98,7 +100,7 @@ func (n Notification) Validate() error {
 		return apperr.ErrInvalidRequest.Withf("out_trade_no is required: the recharge_id")
 	case n.Status == "" || len(n.Status) > 32:
 		return apperr.ErrInvalidRequest.Withf("status is required, 1..32 characters")
-	case n.Status == ChannelStatusSuccess && (n.Amount < 1 || n.Amount > MaxAmount):
+	case n.Amount < 1 || n.Amount > MaxAmount:
 		return ErrInvalidAmount
 	}
 	return nil
@@ -188,6 +190,11 @@ func (s *Recharges) Notify(ctx context.Context, tx *gorm.DB, n Notification) (No
 	//    conditional UPDATE. The database serializes copies on the row, so only one of them
 	//    can match; rows affected decides, never a SELECT made before it.
 	moved, err := s.markSucceeded(tx, id, n)
+	if errors.Is(err, ErrTradeNoTaken) {
+		// The trade already paid another recharge (a copy that outlived its dedup record,
+		// I6): refused with its trade_conflict anomaly, committed with the answer.
+		return "", s.refuseConflict(ctx, tx, n, err)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -214,6 +221,66 @@ func (s *Recharges) Notify(ctx context.Context, tx *gorm.DB, n Notification) (No
 		}
 	}
 	return outcome, err
+}
+
+// TradeConflict reports whether n, a notification the guard refused because its key
+// (channel + trade_no) was stored with another body, names another recharge than the one
+// the trade already belongs to — the recharge it paid, or the one named by an anomaly
+// recorded when it could not pay. It then records the anomaly trade_conflict in its own
+// small transaction (once per channel + trade_no) and the caller answers 422
+// trade_conflict; a copy for the same recharge with another body is an ordinary key reuse.
+func (s *Recharges) TradeConflict(ctx context.Context, n Notification) (bool, error) {
+	owner, found, err := tradeOwner(s.db.WithContext(ctx), n)
+	if err != nil || !found {
+		return false, err
+	}
+	if id, ok := ids.Parse(n.OutTradeNo); ok && id == owner {
+		return false, nil
+	}
+	return true, s.anomalies.RecordAlone(ctx, conflictAnomaly(n, owner))
+}
+
+// refuseConflict records the trade_conflict anomaly of n in tx and returns cause, the
+// refusal to answer with.
+func (s *Recharges) refuseConflict(ctx context.Context, tx *gorm.DB, n Notification, cause error) error {
+	owner, _, err := tradeOwner(tx, n)
+	if err != nil {
+		return err
+	}
+	if err := s.anomalies.Record(ctx, tx, conflictAnomaly(n, owner)); err != nil {
+		return err
+	}
+	return cause
+}
+
+// tradeOwner returns the recharge that n's channel + trade_no belongs to: the recharge it
+// paid, or else the recharge named by an anomaly recorded for it. found is false for a trade
+// seen nowhere.
+func tradeOwner(db *gorm.DB, n Notification) (owner int64, found bool, err error) {
+	var rechargeIDs []int64
+	err = db.Model(&Recharge{}).Where("channel = ? AND trade_no = ?", n.Channel, n.TradeNo).
+		Limit(1).Pluck("id", &rechargeIDs).Error
+	if err == nil && len(rechargeIDs) == 0 {
+		err = db.Model(&anomaly.Anomaly{}).
+			Where("channel = ? AND trade_no = ? AND recharge_id IS NOT NULL AND kind IN ?", n.Channel, n.TradeNo,
+				[]string{anomaly.AmountMismatch, anomaly.DuplicatePayment}).
+			Order("id").Limit(1).Pluck("recharge_id", &rechargeIDs).Error
+	}
+	if err != nil || len(rechargeIDs) == 0 {
+		return 0, false, err
+	}
+	return rechargeIDs[0], true, nil
+}
+
+// conflictAnomaly is the trade_conflict anomaly of n, whose trade belongs to recharge owner
+// (0 when unknown). It names the recharge n asked for, when out_trade_no is a recharge id.
+func conflictAnomaly(n Notification, owner int64) anomaly.Anomaly {
+	a := anomaly.Anomaly{Kind: anomaly.TradeConflict, Channel: n.Channel, TradeNo: n.TradeNo, Amount: n.Amount,
+		Detail: fmt.Sprintf("%s trade %s belongs to recharge %d; out_trade_no %q names another", n.Channel, n.TradeNo, owner, n.OutTradeNo)}
+	if id, ok := ids.Parse(n.OutTradeNo); ok {
+		a.RechargeID = &id
+	}
+	return a
 }
 
 // markSucceeded is the conditional UPDATE of Notify: it reports whether this notification

@@ -392,14 +392,14 @@ func TestRechargeBadInput(t *testing.T) {
 				}
 			},
 			status: 200, outcome: "state_rejected"},
-		{name: "notify409_trade_no_of_another_recharge", method: "POST", path: "/v1/recharges/notify",
+		{name: "notify422_trade_no_of_another_recharge_after_purge", method: "POST", path: "/v1/recharges/notify",
 			body: notify(with(func(n *account.Notification) { n.TradeNo = paidBy.TradeNo })),
 			before: func(t *testing.T) {
 				if _, err := s.App.Guard.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Second}); err != nil {
 					t.Fatal(err)
 				}
 			},
-			status: 409, code: "illegal_state"},
+			times: 2, status: 422, code: "trade_conflict", anomalies: map[string]int64{"trade_conflict": 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

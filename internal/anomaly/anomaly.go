@@ -1,5 +1,6 @@
 // Package anomaly records payments that could not be applied — paid after close, amount
-// mismatch, a second payment of a paid order — so that nothing a channel reported is lost:
+// mismatch, a second payment of a paid order, a trade number reused for another order or
+// recharge — so that nothing a channel reported is lost:
 // each one is kept for refund and reconciliation (I5). Recording is idempotent: one row per
 // kind, channel and trade_no, however many copies of the notification arrive.
 package anomaly
@@ -13,6 +14,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -26,7 +28,16 @@ const (
 	AmountMismatch = "amount_mismatch"
 	// DuplicatePayment is a second, different trade_no paying something already paid.
 	DuplicatePayment = "duplicate_payment"
+	// TradeConflict is a channel + trade_no that already belongs to one order or recharge,
+	// reported again for another one (I1: the key is the channel's trade, so a second owner
+	// is refused, never applied).
+	TradeConflict = "trade_conflict"
 )
+
+// ErrTradeConflict answers a notification whose channel + trade_no already belongs to another
+// order or recharge (CONTRACT.md): 422, recorded as a TradeConflict anomaly.
+var ErrTradeConflict = apperr.New(http.StatusUnprocessableEntity, TradeConflict,
+	"this channel trade_no already belongs to another order or recharge")
 
 // Anomaly is a row of anomalies.
 type Anomaly struct {
@@ -58,6 +69,13 @@ func (r *Recorder) Record(ctx context.Context, tx *gorm.DB, a Anomaly) error {
 	a.RequestID = requestid.From(ctx)
 	a.CreatedAt = time.Now().UTC()
 	return tx.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&a).Error
+}
+
+// RecordAlone stores a in a small transaction of its own, for a refusal that has no business
+// transaction to join: a notification the idempotency guard turned away before any work ran
+// (trade_conflict). Like Record, a second copy changes nothing.
+func (r *Recorder) RecordAlone(ctx context.Context, a Anomaly) error {
+	return r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return r.Record(ctx, tx, a) })
 }
 
 // List returns the newest anomalies first, at most limit.

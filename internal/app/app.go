@@ -108,10 +108,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		}
 	}
 
-	// Redis: external or embedded.
+	// Redis: external or embedded, on the configured logical database.
 	a.Redis = deps.Redis
 	if a.Redis == nil {
-		if a.Redis, err = redisx.Open(cfg.RedisAddr, cfg.EmbeddedRedisAddr); err != nil {
+		if a.Redis, err = redisx.Open(cfg.RedisAddr, cfg.EmbeddedRedisAddr, cfg.RedisDB); err != nil {
 			return nil, err
 		}
 		a.closers = append(a.closers, a.Redis.Close)
@@ -132,7 +132,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 
 	// The idempotency layers: token, replay cache and lock in Redis, dedup record in the DB.
 	// The guard knows no SQL driver, request id or error type of ours: they come in here.
+	// Every Redis key it writes — tokens, replay cache, locks, consumer markers and the job
+	// locks of RunLocked — starts with ONCEPAY_REDIS_PREFIX.
 	a.Guard = idempotent.New(a.DB, a.Redis.Client, idempotent.Config{
+		KeyPrefix:          cfg.RedisPrefix,
 		LockTTL:            cfg.LockTTL,
 		Retention:          cfg.DedupRetention,
 		RejectWithoutRedis: cfg.RedisFailureMode == config.RedisReject,
@@ -156,7 +159,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 
 	// Background loops: the payment notifications consumer (I1), the outbox relay, and the
 	// scheduled jobs (I5, I6), each stopped and drained by Run on shutdown.
-	payments := payment.NewConsumer(a.Kafka, a.Guard, a.payments)
+	payments := payment.NewConsumer(a.Kafka, a.Guard, a.payments, cfg.ChannelSecret)
 	publisher := a.Kafka.Writer()
 	a.closers = append(a.closers, publisher.Close)
 	a.runners = append(a.runners,

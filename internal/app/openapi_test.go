@@ -300,7 +300,8 @@ func wantSecurity(path string) []string {
 		return []string{"adminKey"}
 	case strings.HasSuffix(path, "/notify"):
 		return []string{"channelSignature"}
-	case path == "/healthz", path == "/readyz", path == "/metrics", strings.HasPrefix(path, "/v1/inventory/"):
+	case path == "/healthz", path == "/readyz", path == "/metrics", strings.HasPrefix(path, "/v1/inventory/"),
+		path == "/v1/idempotency-policy":
 		return nil
 	default:
 		return []string{"userKey"}
@@ -342,6 +343,7 @@ func TestSpecProblemCodes(t *testing.T) {
 		"idempotency_key_in_use", "idempotency_key_reused", "invalid_request", "unknown_sku",
 		"unauthorized", "invalid_signature", "forbidden", "not_found", "out_of_stock",
 		"illegal_state", "amount_mismatch", "payload_too_large", "unavailable", "internal",
+		"effect_committed",
 	} {
 		if !codes[c] {
 			t.Errorf("the spec's ProblemCode enum lacks CONTRACT.md's code %q", c)

@@ -5,9 +5,11 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/idemadmin"
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
@@ -22,7 +24,9 @@ import (
 // Idempotency-Key or a business key through internal/idempotent).
 func (a *App) routes(metrics *web.Metrics) http.Handler {
 	r := chi.NewRouter()
-	r.Use(web.RequestID, idemhttp.MarkRejected(idempotentRoute), metrics.Middleware, web.Recover, web.LimitBody)
+	// Every GET answers HEAD too (load balancers probe /healthz with HEAD): chi's GetHead
+	// routes a HEAD the router has no route for to the GET handler, which writes no body.
+	r.Use(web.RequestID, idemhttp.MarkRejected(idempotentRoute), metrics.Middleware, web.Recover, web.LimitBody, middleware.GetHead)
 	r.NotFound(web.NotFound)
 	r.MethodNotAllowed(web.MethodNotAllowed)
 
@@ -35,9 +39,13 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	payments := payment.NewHandler(a.payments, a.idem, a.Config.ChannelSecret)
 	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention)
 	accounts := account.NewHandler(a.recharges, a.users, a.idem, a.Config.ChannelSecret)
+	idemAdmin := idemadmin.New(a.Guard, KeyRequiredRoutes, a.Registry)
 	r.Route("/v1", func(r chi.Router) {
 		// Reading stock is public and naturally idempotent.
 		r.Mount("/inventory", inv.Routes())
+
+		// The published idempotency policy (IETF Idempotency-Key draft): public, a read.
+		r.Get("/idempotency-policy", idemAdmin.PolicyHandler)
 
 		// One-time tokens for forms (I7): a token is the Idempotency-Key of one submission.
 		r.With(web.RequireUser(a.users)).Post("/idempotency-tokens", a.idem.TokenHandler)
@@ -58,6 +66,10 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 			r.Use(web.RequireAdmin(a.Config.AdminKey, a.users))
 			r.Mount("/inventory", inv.AdminRoutes())
 			r.Get("/anomalies", a.anomalies.ListHandler)
+			// An idempotency key's dedup record, and the eviction of a stored 4xx so that the
+			// next attempt runs again; a stored success is never evicted (effect_committed).
+			r.Get("/idempotency-records", idemAdmin.Lookup)
+			r.Delete("/idempotency-records", idemAdmin.Evict)
 			// Jobs on demand: safe at any time, their changes carry state preconditions.
 			r.Mount("/jobs", jobRuns.AdminRoutes())
 		})
@@ -68,6 +80,14 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 		r.Mount("/lab", l.Routes(web.RequireUser(a.users), web.RequireAdmin(a.Config.AdminKey, a.users)))
 	}
 	return r
+}
+
+// KeyRequiredRoutes are the routes that require an Idempotency-Key, as the published policy
+// lists them (a test holds the list equal to the routes api/openapi.yaml marks so).
+var KeyRequiredRoutes = []string{
+	"POST /v1/orders",
+	"POST /v1/orders/{order_id}/cancel",
+	"POST /v1/recharges",
 }
 
 // idempotentRoute reports whether r is one of the writes with idempotency (an

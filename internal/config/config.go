@@ -1,6 +1,6 @@
 // Package config loads oncepay's configuration from ONCEPAY_* environment variables into one
 // struct, validates it with one actionable message per problem, and masks secrets when the
-// configuration is logged.
+// configuration is logged: a secret is never printed, not even a prefix of it.
 package config
 
 import (
@@ -24,6 +24,19 @@ const (
 	RedisReject RedisFailureMode = "reject"
 )
 
+// The defaults that are more than a value: the dev secrets, which production refuses and
+// the start-up banner shows, and the Redis key prefix.
+const (
+	// DevChannelSecret is the default ONCEPAY_CHANNEL_SECRET, for the embedded database only.
+	DevChannelSecret = "dev-channel-secret"
+	// DevAdminKey is the default ONCEPAY_ADMIN_KEY, for the embedded database only.
+	DevAdminKey = "dev-admin-key"
+	// DefaultRedisPrefix is the default ONCEPAY_REDIS_PREFIX.
+	DefaultRedisPrefix = "oncepay:"
+	// maxRedisPrefix bounds ONCEPAY_REDIS_PREFIX: it is repeated in every key.
+	maxRedisPrefix = 64
+)
+
 // Config is every setting oncepay reads; LoadFrom names the variable and default of each.
 type Config struct {
 	// HTTPAddr is the address the HTTP server listens on.
@@ -36,6 +49,12 @@ type Config struct {
 	RedisAddr string
 	// EmbeddedRedisAddr is where the embedded Redis listens when RedisAddr is empty.
 	EmbeddedRedisAddr string
+	// RedisDB is the Redis logical database, 0..15.
+	RedisDB int
+	// RedisPrefix starts every Redis key oncepay writes, so that several deployments can
+	// share one Redis. It holds no '{' or '}': the hash tag that keeps the keys of one
+	// idempotency key in one Redis Cluster slot is added after it.
+	RedisPrefix string
 	// KafkaBrokers is the list of Kafka brokers; empty means an embedded broker.
 	KafkaBrokers []string
 	// EmbeddedKafkaAddr is where the embedded Kafka broker listens when KafkaBrokers is empty.
@@ -79,6 +98,12 @@ func (c Config) EmbeddedRedis() bool { return c.RedisAddr == "" }
 // EmbeddedKafka reports whether Kafka runs in process.
 func (c Config) EmbeddedKafka() bool { return len(c.KafkaBrokers) == 0 }
 
+// DevSecrets reports whether both secrets are still the dev-* defaults. Only then may the
+// start-up banner show the demo keys: the defaults are public, a configured secret is not.
+func (c Config) DevSecrets() bool {
+	return c.ChannelSecret == DevChannelSecret && c.AdminKey == DevAdminKey
+}
+
 // Load reads the configuration from the environment and validates it. The returned error
 // lists every problem found, one per line.
 func Load() (Config, error) { return LoadFrom(os.LookupEnv) }
@@ -117,14 +142,21 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	c.DataDir = get("ONCEPAY_DATA_DIR", "./data")
 	c.RedisAddr = get("ONCEPAY_REDIS_ADDR", "")
 	c.EmbeddedRedisAddr = get("ONCEPAY_EMBEDDED_REDIS_ADDR", "127.0.0.1:16379")
+	rawDB := get("ONCEPAY_REDIS_DB", "0")
+	redisDB, err := strconv.Atoi(rawDB)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_DB=%q is not an integer: use a Redis logical database in 0..15", rawDB))
+	}
+	c.RedisDB = redisDB
+	c.RedisPrefix = get("ONCEPAY_REDIS_PREFIX", DefaultRedisPrefix)
 	for _, b := range strings.Split(get("ONCEPAY_KAFKA_BROKERS", ""), ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			c.KafkaBrokers = append(c.KafkaBrokers, b)
 		}
 	}
 	c.EmbeddedKafkaAddr = get("ONCEPAY_EMBEDDED_KAFKA_ADDR", "127.0.0.1:19092")
-	c.ChannelSecret = get("ONCEPAY_CHANNEL_SECRET", "dev-channel-secret")
-	c.AdminKey = get("ONCEPAY_ADMIN_KEY", "dev-admin-key")
+	c.ChannelSecret = get("ONCEPAY_CHANNEL_SECRET", DevChannelSecret)
+	c.AdminKey = get("ONCEPAY_ADMIN_KEY", DevAdminKey)
 	c.SeedDemo = boolean("ONCEPAY_SEED_DEMO", strconv.FormatBool(c.MySQLDSN == ""))
 	c.OrderTTL = duration("ONCEPAY_ORDER_TTL", "15m")
 	c.LockTTL = duration("ONCEPAY_LOCK_TTL", "30s")
@@ -153,6 +185,15 @@ func (c Config) validate() []error {
 	var errs []error
 	if c.NodeID < 0 || c.NodeID > 1023 {
 		errs = append(errs, fmt.Errorf("ONCEPAY_NODE_ID=%d is out of range: use 0..1023, distinct per instance", c.NodeID))
+	}
+	if c.RedisDB < 0 || c.RedisDB > 15 {
+		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_DB=%d is out of range: use a Redis logical database in 0..15 (default 0)", c.RedisDB))
+	}
+	if strings.ContainsAny(c.RedisPrefix, "{}") {
+		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_PREFIX=%q contains '{' or '}': the Redis Cluster hash tag is added after the prefix; remove the braces", c.RedisPrefix))
+	}
+	if len(c.RedisPrefix) > maxRedisPrefix {
+		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_PREFIX is %d bytes long: use at most %d, such as %q (the default)", len(c.RedisPrefix), maxRedisPrefix, DefaultRedisPrefix))
 	}
 	if c.RedisFailureMode != RedisDegrade && c.RedisFailureMode != RedisReject {
 		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_FAILURE_MODE=%q is unknown: use degrade or reject", c.RedisFailureMode))
@@ -188,9 +229,11 @@ func (c Config) LogValue() slog.Value {
 		slog.String("mysql_dsn", maskDSN(c.MySQLDSN)),
 		slog.String("data_dir", c.DataDir),
 		slog.String("redis_addr", orEmbedded(c.RedisAddr, c.EmbeddedRedisAddr)),
+		slog.Int("redis_db", c.RedisDB),
+		slog.String("redis_prefix", c.RedisPrefix),
 		slog.String("kafka_brokers", orEmbedded(strings.Join(c.KafkaBrokers, ","), c.EmbeddedKafkaAddr)),
-		slog.String("channel_secret", mask(c.ChannelSecret)),
-		slog.String("admin_key", mask(c.AdminKey)),
+		slog.String("channel_secret", mask(c.ChannelSecret, DevChannelSecret)),
+		slog.String("admin_key", mask(c.AdminKey, DevAdminKey)),
 		slog.Bool("seed_demo", c.SeedDemo),
 		slog.String("order_ttl", c.OrderTTL.String()),
 		slog.String("lock_ttl", c.LockTTL.String()),
@@ -212,22 +255,44 @@ func orEmbedded(external, embedded string) string {
 	return "embedded@" + embedded
 }
 
-// mask keeps a secret's first characters so a person can tell which one is configured.
-func mask(secret string) string {
-	if len(secret) <= 4 {
-		return "****"
+// Secret placeholders in the logged configuration. A secret is never logged, not even its
+// first characters (a prefix narrows a brute force and identifies a leaked key); the log
+// says only whether it is the public dev default.
+const (
+	maskedDev    = "dev default"
+	maskedSecret = "set (not shown)"
+	maskedEmpty  = "empty"
+)
+
+// mask renders a secret for the log: whether it is set, and whether it is the dev default.
+func mask(secret, devDefault string) string {
+	switch secret {
+	case "":
+		return maskedEmpty
+	case devDefault:
+		return maskedDev
+	default:
+		return maskedSecret
 	}
-	return secret[:4] + "****"
 }
 
-// maskDSN hides the password of a go-sql-driver DSN (user:password@tcp(host)/db).
+// maskDSN hides the password of a go-sql-driver DSN, [user[:password]@][net[(addr)]]/dbname[?params],
+// splitting it the way the driver does: the last '/' ends the address, the last '@' before
+// it ends the credentials, and the first ':' in them ends the user name.
 func maskDSN(dsn string) string {
 	if dsn == "" {
 		return "embedded sqlite"
 	}
-	at := strings.LastIndex(dsn, "@")
-	colon := strings.Index(dsn, ":")
-	if at < 0 || colon < 0 || colon > at {
+	slash := strings.LastIndex(dsn, "/")
+	if slash < 0 {
+		slash = len(dsn)
+	}
+	at := strings.LastIndex(dsn[:slash], "@")
+	if at < 0 {
+		return dsn
+	}
+	colon := strings.Index(dsn[:at], ":")
+	if colon < 0 {
 		return dsn
 	}
 	return dsn[:colon+1] + "****" + dsn[at:]

@@ -44,6 +44,8 @@ func defaults() config.Config {
 		DataDir:             "./data",
 		RedisAddr:           "",
 		EmbeddedRedisAddr:   "127.0.0.1:16379",
+		RedisDB:             0,
+		RedisPrefix:         "oncepay:",
 		KafkaBrokers:        nil,
 		EmbeddedKafkaAddr:   "127.0.0.1:19092",
 		ChannelSecret:       "dev-channel-secret",
@@ -69,6 +71,8 @@ var everyVariable = map[string]string{
 	"ONCEPAY_DATA_DIR":              "/var/lib/oncepay",
 	"ONCEPAY_REDIS_ADDR":            "redis:6379",
 	"ONCEPAY_EMBEDDED_REDIS_ADDR":   "127.0.0.1:26379",
+	"ONCEPAY_REDIS_DB":              "15",
+	"ONCEPAY_REDIS_PREFIX":          "shop-eu:oncepay:",
 	"ONCEPAY_KAFKA_BROKERS":         " k1:9092, ,k2:9092 ",
 	"ONCEPAY_EMBEDDED_KAFKA_ADDR":   "127.0.0.1:29092",
 	"ONCEPAY_CHANNEL_SECRET":        "prod-channel-secret",
@@ -93,6 +97,8 @@ var everyVariableParsed = config.Config{
 	DataDir:             "/var/lib/oncepay",
 	RedisAddr:           "redis:6379",
 	EmbeddedRedisAddr:   "127.0.0.1:26379",
+	RedisDB:             15,
+	RedisPrefix:         "shop-eu:oncepay:",
 	KafkaBrokers:        []string{"k1:9092", "k2:9092"},
 	EmbeddedKafkaAddr:   "127.0.0.1:29092",
 	ChannelSecret:       "prod-channel-secret",
@@ -141,6 +147,15 @@ func TestLoadFromValid(t *testing.T) {
 			want: func() config.Config {
 				c := defaults()
 				c.DedupRetention = 72 * time.Hour
+				return c
+			}(),
+		},
+		{
+			name: "redis db and prefix at their bounds",
+			vars: map[string]string{"ONCEPAY_REDIS_DB": "15", "ONCEPAY_REDIS_PREFIX": strings.Repeat("p", 64)},
+			want: func() config.Config {
+				c := defaults()
+				c.RedisDB, c.RedisPrefix = 15, strings.Repeat("p", 64)
 				return c
 			}(),
 		},
@@ -284,6 +299,36 @@ func TestLoadFromInvalid(t *testing.T) {
 			lines: [][]string{{"ONCEPAY_PURGE_JOB_INTERVAL"}},
 		},
 		{
+			name:  "redis db not a number",
+			vars:  map[string]string{"ONCEPAY_REDIS_DB": "one"},
+			lines: [][]string{{"ONCEPAY_REDIS_DB", `"one"`, "not an integer", "0..15"}},
+		},
+		{
+			name:  "redis db above range",
+			vars:  map[string]string{"ONCEPAY_REDIS_DB": "16"},
+			lines: [][]string{{"ONCEPAY_REDIS_DB=16", "0..15"}},
+		},
+		{
+			name:  "redis db below range",
+			vars:  map[string]string{"ONCEPAY_REDIS_DB": "-1"},
+			lines: [][]string{{"ONCEPAY_REDIS_DB=-1", "0..15"}},
+		},
+		{
+			name:  "redis prefix with a hash tag",
+			vars:  map[string]string{"ONCEPAY_REDIS_PREFIX": "{shop}:"},
+			lines: [][]string{{"ONCEPAY_REDIS_PREFIX", `"{shop}:"`, "'{' or '}'"}},
+		},
+		{
+			name:  "redis prefix with a closing brace only",
+			vars:  map[string]string{"ONCEPAY_REDIS_PREFIX": "shop}"},
+			lines: [][]string{{"ONCEPAY_REDIS_PREFIX", "'{' or '}'"}},
+		},
+		{
+			name:  "redis prefix too long",
+			vars:  map[string]string{"ONCEPAY_REDIS_PREFIX": strings.Repeat("p", 65)},
+			lines: [][]string{{"ONCEPAY_REDIS_PREFIX", "65 bytes", "at most 64"}},
+		},
+		{
 			name: "several parse problems",
 			vars: map[string]string{"ONCEPAY_LOCK_TTL": "abc", "ONCEPAY_SEED_DEMO": "yes please", "ONCEPAY_NODE_ID": "x"},
 			lines: [][]string{
@@ -336,11 +381,14 @@ func anyLineHasAll(lines, parts []string) bool {
 }
 
 // TestLogValueMasksSecrets checks that logging the configuration reveals neither secret nor
-// the database password, while still telling a person which values are configured.
+// the database password — not even their first characters — while still telling a person
+// whether each secret is set, and everything else that is configured.
 func TestLogValueMasksSecrets(t *testing.T) {
 	const password = "Pa55:w0rd"
 	cfg, err := config.LoadFrom(env(with(realSecrets, map[string]string{
-		"ONCEPAY_MYSQL_DSN": "oncepay:" + password + "@tcp(db.internal:3306)/oncepay?parseTime=true",
+		"ONCEPAY_MYSQL_DSN":    "oncepay:" + password + "@tcp(db.internal:3306)/oncepay?parseTime=true",
+		"ONCEPAY_REDIS_DB":     "3",
+		"ONCEPAY_REDIS_PREFIX": "eu:",
 	})))
 	if err != nil {
 		t.Fatalf("LoadFrom: %v", err)
@@ -351,22 +399,45 @@ func TestLogValueMasksSecrets(t *testing.T) {
 	}
 	for _, secret := range []string{password, realSecrets["ONCEPAY_CHANNEL_SECRET"], realSecrets["ONCEPAY_ADMIN_KEY"]} {
 		for key, v := range attrs {
-			if strings.Contains(v, secret) {
-				t.Errorf("log attribute %s=%q reveals the secret %q", key, v, secret)
+			if strings.Contains(v, secret) || strings.Contains(v, secret[:4]) {
+				t.Errorf("log attribute %s=%q reveals the secret %q or its prefix %q", key, v, secret, secret[:4])
 			}
 		}
 	}
 	tests := []struct{ key, want string }{
 		{"mysql_dsn", "oncepay:****@tcp(db.internal:3306)/oncepay?parseTime=true"},
-		{"channel_secret", "s3cr****"},
-		{"admin_key", "s3cr****"},
+		{"channel_secret", "set (not shown)"},
+		{"admin_key", "set (not shown)"},
 		{"lock_ttl", "30s"},
 		{"redis_addr", "embedded@127.0.0.1:16379"},
+		{"redis_db", "3"},
+		{"redis_prefix", "eu:"},
 	}
 	for _, tt := range tests {
 		if got := attrs[tt.key]; got != tt.want {
 			t.Errorf("log attribute %s = %q, want %q", tt.key, got, tt.want)
 		}
+	}
+}
+
+// TestLogValueDevSecrets checks that the dev defaults are named as such, and that a secret
+// that merely starts like one is not.
+func TestLogValueDevSecrets(t *testing.T) {
+	cfg, err := config.LoadFrom(env(map[string]string{"ONCEPAY_ADMIN_KEY": "dev-admin-key-2"}))
+	if err != nil {
+		t.Fatalf("LoadFrom: %v", err)
+	}
+	if got := logAttr(t, cfg, "channel_secret"); got != "dev default" {
+		t.Errorf("channel_secret = %q, want %q", got, "dev default")
+	}
+	if got := logAttr(t, cfg, "admin_key"); got != "set (not shown)" {
+		t.Errorf("admin_key = %q, want %q", got, "set (not shown)")
+	}
+	if cfg.DevSecrets() {
+		t.Error("DevSecrets() = true with a configured admin key")
+	}
+	if def, _ := config.LoadFrom(env(nil)); !def.DevSecrets() {
+		t.Error("DevSecrets() = false with the defaults")
 	}
 }
 
@@ -377,6 +448,8 @@ func TestLogValueDSNForms(t *testing.T) {
 		{"root@tcp(127.0.0.1:3306)/x", "root@tcp(127.0.0.1:3306)/x"},
 		{"root:@tcp(127.0.0.1:3306)/x", "root:****@tcp(127.0.0.1:3306)/x"},
 		{"u:p@ss@tcp(h:3306)/x", "u:****@tcp(h:3306)/x"},
+		{"u:p/w@tcp(h:3306)/x", "u:****@tcp(h:3306)/x"},
+		{"u:pw@tcp(h:3306)/x?x=a@b", "u:****@tcp(h:3306)/x?x=a@b"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.dsn, func(t *testing.T) {

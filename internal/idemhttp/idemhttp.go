@@ -110,6 +110,7 @@ func (a *Adapter) Do(w http.ResponseWriter, r *http.Request, key idempotent.Key,
 // dedup record is written, right before the commit (idempotent.Request.Last).
 func (a *Adapter) DoLast(w http.ResponseWriter, r *http.Request, key idempotent.Key, body []byte, work idempotent.Work, last func(context.Context, *gorm.DB) error) (idempotent.Result, error) {
 	req := idempotent.Request{
+		Via:  "http",
 		Last: last,
 		Key:  key,
 		// The path, not the route pattern: the same key on /orders/1/cancel and

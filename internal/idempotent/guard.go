@@ -163,6 +163,8 @@ type Request struct {
 	// Fingerprint describes the request (see Fingerprint); a key reused with another
 	// fingerprint is refused with ErrKeyReused.
 	Fingerprint string
+	// Via names the path the copy came by ("http", "kafka", "job"), for the attempt log.
+	Via string
 	// Reject overrides Config.Reject for this request.
 	Reject func(ctx context.Context, err error) (Response, bool)
 	// Last, when set, runs after the dedup record is written and right before the commit:
@@ -201,7 +203,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	// without the database; otherwise the lease (I4) lets one attempt at a time through, and
 	// its watchdog cancels the work if the lease is lost.
 	workCtx := ctx
-	l, cached, cerr := g.claim(ctx, req.Key)
+	l, cached, cerr := g.claim(ctx, req)
 	switch {
 	case errors.Is(cerr, errLockBusy):
 		return Result{Outcome: InProgress, Layer: LayerLock}, ErrKeyInUse
@@ -221,45 +223,55 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	// work only to have its record refused at the end: ask the record first.
 	if (g.cfg.NoCache || cerr != nil) && !g.cfg.RecordFirst {
 		if res, found, err := g.fromRecord(ctx, req); found || err != nil {
-			g.finish(ctx, req, l, res)
+			g.finish(ctx, req, l, res, err, start, cerr == nil)
 			return res, err
 		}
 	}
 
 	defer func() {
 		if p := recover(); p != nil {
-			g.finish(ctx, req, l, Result{}) // a panicking work must not hold the lease
+			// A panicking work must not hold the lease.
+			g.finish(ctx, req, l, Result{}, errPanicked, start, cerr == nil)
 			panic(p)
 		}
 	}()
 
 	if g.cfg.BeforeWork != nil {
 		if err := g.cfg.BeforeWork(workCtx, req.Key); err != nil {
-			g.finish(ctx, req, l, Result{})
+			g.finish(ctx, req, l, Result{}, err, start, cerr == nil)
 			return Result{}, err
 		}
 	}
 
 	// Layer 4, the dedup record (I3): in the work's own transaction.
 	res, err = g.runOnce(workCtx, req, work)
-	g.finish(ctx, req, l, res)
+	g.finish(ctx, req, l, res, err, start, cerr == nil)
 	return res, err
 }
 
-// finish releases the lease and fills the replay cache with a committed outcome, in one
-// round trip where the lease allows it.
-func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result) {
+// errPanicked stands for the error of an attempt whose work panicked, in its attempt log.
+var errPanicked = errors.New("the work panicked")
+
+// finish releases the lease, fills the replay cache with a committed outcome and logs the
+// attempt, in one round trip where the lease allows it. redisUp is false when the claim found
+// Redis unreachable: then nothing is sent.
+func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, err error, start time.Time, redisUp bool) {
 	var fill *cached
 	if !g.cfg.NoCache && Storable(res.Response.Status) &&
 		(res.Outcome == Executed || (res.Outcome == Replayed && res.Layer == LayerDedup)) {
 		fill = &cached{Fingerprint: req.Fingerprint, Response: res.Response}
 	}
+	a := g.newAttempt(ctx, req, res, err, start)
 	bg := context.WithoutCancel(ctx)
 	switch {
 	case l != nil:
-		l.release(bg, fill)
-	case fill != nil:
-		g.cachePut(bg, req.Key, fill)
+		l.release(bg, fill, a)
+	case !redisUp || (g.cfg.NoLock && g.cfg.NoCache):
+	default:
+		if fill != nil {
+			g.cachePut(bg, req.Key, fill)
+		}
+		g.logAlone(bg, req.Key, a)
 	}
 }
 

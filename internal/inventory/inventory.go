@@ -39,6 +39,35 @@ var (
 	ErrOutOfStock = apperr.New(http.StatusConflict, "out_of_stock", "not enough stock available")
 )
 
+// MaxSKULen is the longest SKU (the width of the sku columns).
+const MaxSKULen = 64
+
+// ValidSKU reports whether sku matches [A-Za-z0-9._-]{1,64} (CONTRACT.md). Anything else —
+// spaces, slashes, non-ASCII, invalid UTF-8 — is refused before it reaches a store, where it
+// could be truncated, folded or refused by a column's charset.
+func ValidSKU(sku string) bool {
+	if len(sku) == 0 || len(sku) > MaxSKULen {
+		return false
+	}
+	for i := 0; i < len(sku); i++ {
+		switch b := sku[i]; {
+		case 'A' <= b && b <= 'Z', 'a' <= b && b <= 'z', '0' <= b && b <= '9', b == '.', b == '_', b == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// CheckSKU returns invalid_request, naming field (such as "items[2].sku"), unless sku is
+// ValidSKU. The SKU itself is quoted with %q, so that a hostile one cannot forge the detail.
+func CheckSKU(field, sku string) error {
+	if ValidSKU(sku) {
+		return nil
+	}
+	return apperr.ErrInvalidRequest.Withf("%s must match [A-Za-z0-9._-]{1,%d}, got %q", field, MaxSKULen, sku)
+}
+
 // Store reads and changes stock.
 type Store struct{ db *gorm.DB }
 
@@ -69,6 +98,29 @@ func (s *Store) Put(ctx context.Context, sku string, price, available int64) (It
 	}).Create(&it).Error
 	if err != nil {
 		return Item{}, err
+	}
+	return s.Get(ctx, sku)
+}
+
+// PutIfVersion is Put conditioned on the optimistic version (If-Match): it sets the price and
+// available stock of sku only while its version is still one of versions, in one UPDATE whose
+// WHERE clause carries the precondition — the number of rows it affected decides, never a
+// SELECT before it. A stale or unknown version, or an unknown SKU, is ErrPreconditionFailed
+// and changes nothing. An empty versions matches any version of an existing SKU (If-Match: *).
+func (s *Store) PutIfVersion(ctx context.Context, sku string, price, available int64, versions []int64) (Item, error) {
+	q := s.db.WithContext(ctx).Model(&Item{}).Where("sku = ?", sku)
+	if len(versions) > 0 {
+		q = q.Where("version IN ?", versions)
+	}
+	res := q.Updates(map[string]any{
+		"price": price, "available": available, "updated_at": time.Now().UTC(),
+		"version": gorm.Expr("version + 1"),
+	})
+	if res.Error != nil {
+		return Item{}, res.Error
+	}
+	if res.RowsAffected == 0 {
+		return Item{}, apperr.ErrPreconditionFailed.Withf("%s changed since that version was read (or does not exist); read it again", sku)
 	}
 	return s.Get(ctx, sku)
 }

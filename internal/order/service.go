@@ -45,20 +45,22 @@ func NewService(db *gorm.DB, gen *ids.Generator, stock *inventory.Movements, eve
 type Line = inventory.Line
 
 // Validate checks an order request against the contract's limits: 1..50 lines, each SKU
-// once, quantities 1..1000.
+// once and matching [A-Za-z0-9._-]{1,64}, quantities 1..1000. Its errors are invalid_request
+// and name the offending field by its JSON path ("items[3].quantity").
 func Validate(lines []Line) error {
 	if len(lines) == 0 || len(lines) > MaxItems {
 		return apperr.ErrInvalidRequest.Withf("items must hold 1..%d lines, got %d", MaxItems, len(lines))
 	}
 	seen := make(map[string]bool, len(lines))
-	for _, l := range lines {
+	for i, l := range lines {
+		if err := inventory.CheckSKU(fmt.Sprintf("items[%d].sku", i), l.SKU); err != nil {
+			return err
+		}
 		switch {
-		case l.SKU == "" || len(l.SKU) > 64:
-			return apperr.ErrInvalidRequest.Withf("sku must be 1..64 characters")
 		case l.Quantity < 1 || l.Quantity > MaxQuantity:
-			return apperr.ErrInvalidRequest.Withf("quantity of %s must be 1..%d, got %d", l.SKU, MaxQuantity, l.Quantity)
+			return apperr.ErrInvalidRequest.Withf("items[%d].quantity must be 1..%d, got %d", i, MaxQuantity, l.Quantity)
 		case seen[l.SKU]:
-			return apperr.ErrInvalidRequest.Withf("sku %s is listed twice; send one line per SKU", l.SKU)
+			return apperr.ErrInvalidRequest.Withf("items[%d].sku: %s is listed twice; send one line per SKU", i, l.SKU)
 		}
 		seen[l.SKU] = true
 	}

@@ -2,19 +2,21 @@ package payment_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/payment"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 )
 
-// TestConsumerDeadLettersUnparseable: a message that is not a notification goes to
-// payment.notifications.dlq with its error in an "error" header, is committed, and does not
-// block its partition: a valid notification behind it on the same partition (same key) is
-// applied.
+// TestConsumerDeadLettersUnparseable: a signed message that is not a notification goes to
+// payment.notifications.dlq with X-Reject-Reason "unparseable: <error>", is committed, and
+// does not block its partition: a valid notification behind it on the same partition (same
+// key) is applied.
 func TestConsumerDeadLettersUnparseable(t *testing.T) {
 	s := apptest.Start(t)
 	before := stockOf(t, s, basket)
@@ -29,8 +31,9 @@ func TestConsumerDeadLettersUnparseable(t *testing.T) {
 	// One call, one key: both land on one partition, the bad one first.
 	err := w.WriteMessages(ctx,
 		kafka.Message{Topic: kafkax.TopicPaymentNotifications, Key: []byte(tradeNo), Value: bad,
-			Headers: []kafka.Header{{Key: kafkax.HeaderRequestID, Value: []byte("req-dlq-test")}}},
-		kafka.Message{Topic: kafkax.TopicPaymentNotifications, Key: []byte(tradeNo), Value: good},
+			Headers: []kafka.Header{{Key: kafkax.HeaderRequestID, Value: []byte("req-dlq-test")}, signature(s.Config.ChannelSecret, bad)}},
+		kafka.Message{Topic: kafkax.TopicPaymentNotifications, Key: []byte(tradeNo), Value: good,
+			Headers: []kafka.Header{signature(s.Config.ChannelSecret, good)}},
 	)
 	if err != nil {
 		t.Fatalf("publish: %v", err)
@@ -45,8 +48,8 @@ func TestConsumerDeadLettersUnparseable(t *testing.T) {
 	if string(m.Value) != string(bad) || string(m.Key) != tradeNo {
 		t.Errorf("dead letter key %q value %q, want the original %q %q", m.Key, m.Value, tradeNo, bad)
 	}
-	if apptest.Header(m, "error") == "" {
-		t.Errorf("dead letter has no error header: %+v", m.Headers)
+	if r := apptest.Header(m, payment.HeaderRejectReason); !strings.HasPrefix(r, payment.ReasonUnparseable+": ") {
+		t.Errorf("dead letter X-Reject-Reason %q, want %q and the error: %+v", r, payment.ReasonUnparseable+": ", m.Headers)
 	}
 	if got := apptest.Header(m, kafkax.HeaderRequestID); got != "req-dlq-test" {
 		t.Errorf("dead letter X-Request-Id %q, want the original's req-dlq-test", got)
@@ -62,10 +65,10 @@ func TestConsumerOnly(t *testing.T) {
 	o := s.CreateOrder(t, apptest.AliceKey, "kafka-order", basket...)
 	tradeNo := "T-KAFKA-" + o.OrderID
 	w := s.Writer(t)
+	value := apptest.JSON(apptest.Notification(o, "alipay", tradeNo))
 	err := w.WriteMessages(context.Background(), kafka.Message{
-		Topic: kafkax.TopicPaymentNotifications, Key: []byte(tradeNo),
-		Value:   apptest.JSON(apptest.Notification(o, "alipay", tradeNo)),
-		Headers: []kafka.Header{{Key: kafkax.HeaderRequestID, Value: []byte("req-from-kafka")}},
+		Topic: kafkax.TopicPaymentNotifications, Key: []byte(tradeNo), Value: value,
+		Headers: []kafka.Header{{Key: kafkax.HeaderRequestID, Value: []byte("req-from-kafka")}, signature(s.Config.ChannelSecret, value)},
 	})
 	if err != nil {
 		t.Fatalf("publish: %v", err)

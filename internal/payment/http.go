@@ -1,11 +1,15 @@
 package payment
 
 import (
+	"context"
+	"errors"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -32,7 +36,9 @@ func (h *Handler) Routes() chi.Router {
 // notify reads top to bottom: the notification parsed and validated completely (a malformed
 // one gets 400 and stores nothing, so the channel's correct copy still applies), then keyed
 // by its business meaning, channel + trade_no — the same key the Kafka consumer uses (I1) —
-// and applied once through the guard.
+// and applied once through the guard. A copy the guard refuses as a key reused with another
+// body is a trade_conflict (422, recorded as an anomaly) when it names another order than the
+// one the trade belongs to, and an idempotency_key_reused (422) otherwise.
 func (h *Handler) notify(w http.ResponseWriter, r *http.Request) {
 	body, err := web.ReadBody(r)
 	if err != nil {
@@ -44,5 +50,20 @@ func (h *Handler) notify(w http.ResponseWriter, r *http.Request) {
 		idemhttp.Reject(w, r, err)
 		return
 	}
-	_, _ = h.idem.Do(w, r, n.Key(), body, h.payments.Work(n))
+	req := idempotent.Request{
+		Key:         n.Key(),
+		Fingerprint: idempotent.Fingerprint(r.Method, r.URL.Path, body),
+		Reject:      func(_ context.Context, err error) (idempotent.Response, bool) { return idemhttp.Problem(r, err) },
+	}
+	res, err := h.idem.Guard().Do(r.Context(), req, h.payments.Work(n))
+	if errors.Is(err, idempotent.ErrKeyReused) {
+		conflict, cerr := h.payments.TradeConflict(r.Context(), n)
+		switch {
+		case cerr != nil:
+			res, err = idempotent.Result{}, cerr
+		case conflict:
+			err = anomaly.ErrTradeConflict
+		}
+	}
+	idemhttp.Write(w, r, res, err)
 }

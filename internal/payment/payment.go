@@ -123,7 +123,8 @@ func NewService(db *gorm.DB, gen *ids.Generator, orders *order.Service, anomalie
 
 // Apply applies one notification in tx, the guard's transaction whose dedup record on
 // channel + trade_no commits with it (I3). An amount that differs from the order's is
-// recorded as an anomaly in tx and answered ErrAmountMismatch: the caller commits the
+// recorded as an anomaly in tx and answered ErrAmountMismatch, and a trade that already paid
+// another order as a trade_conflict answered anomaly.ErrTradeConflict: the caller commits the
 // anomaly with that answer (see Answer).
 func (s *Service) Apply(ctx context.Context, tx *gorm.DB, n Notification) (Result, error) {
 	if n.Status != StatusSuccess {
@@ -136,6 +137,16 @@ func (s *Service) Apply(ctx context.Context, tx *gorm.DB, n Notification) (Resul
 	o, err := s.orders.Lookup(ctx, tx, orderID)
 	if err != nil {
 		return "", err
+	}
+	// The trade's owner (I1): a channel + trade_no that already paid another order is refused
+	// here too, for a copy that outlived its dedup record (I6), before it could pay this order.
+	if owner, found, err := s.tradeOwner(ctx, tx, n); err != nil {
+		return "", err
+	} else if found && owner != o.ID {
+		if err := s.anomalies.Record(ctx, tx, conflictAnomaly(n, owner)); err != nil {
+			return "", err
+		}
+		return "", anomaly.ErrTradeConflict.Withf("%s", conflictDetail(n, owner))
 	}
 	if o.Amount != n.Amount {
 		detail := fmt.Sprintf("order %d costs %d, channel reported %d", o.ID, o.Amount, n.Amount)
@@ -156,6 +167,56 @@ func (s *Service) Apply(ctx context.Context, tx *gorm.DB, n Notification) (Resul
 	p := Payment{ID: s.ids.Next(), Channel: n.Channel, TradeNo: n.TradeNo, OrderID: o.ID,
 		Amount: n.Amount, Status: StatusSuccess, RequestID: requestid.From(ctx), CreatedAt: time.Now().UTC()}
 	return Applied, tx.WithContext(ctx).Create(&p).Error
+}
+
+// TradeConflict reports whether n, a notification the guard refused because its key
+// (channel + trade_no) was stored with another body, names another order than the one the
+// trade already belongs to — the trade's payment, or the anomaly recorded when it could not
+// pay. It then records the anomaly trade_conflict in its own small transaction (once per
+// channel + trade_no, however many copies) and the caller answers 422 trade_conflict; a copy
+// for the same order with another body is an ordinary key reuse (I1).
+func (s *Service) TradeConflict(ctx context.Context, n Notification) (bool, error) {
+	owner, found, err := s.tradeOwner(ctx, s.db, n)
+	if err != nil || !found {
+		return false, err
+	}
+	if id, ok := ids.Parse(n.OutTradeNo); ok && id == owner {
+		return false, nil
+	}
+	return true, s.anomalies.RecordAlone(ctx, conflictAnomaly(n, owner))
+}
+
+// tradeOwner returns the order that n's channel + trade_no belongs to: the order it paid
+// (payments), or else the order named by an anomaly recorded for it (paid after close, amount
+// mismatch, duplicate payment). found is false for a trade seen nowhere.
+func (s *Service) tradeOwner(ctx context.Context, db *gorm.DB, n Notification) (owner int64, found bool, err error) {
+	var orderIDs []int64
+	err = db.WithContext(ctx).Model(&Payment{}).Where("channel = ? AND trade_no = ?", n.Channel, n.TradeNo).
+		Limit(1).Pluck("order_id", &orderIDs).Error
+	if err == nil && len(orderIDs) == 0 {
+		err = db.WithContext(ctx).Model(&anomaly.Anomaly{}).
+			Where("channel = ? AND trade_no = ? AND order_id IS NOT NULL AND kind IN ?", n.Channel, n.TradeNo,
+				[]string{anomaly.PaidAfterClose, anomaly.AmountMismatch, anomaly.DuplicatePayment}).
+			Order("id").Limit(1).Pluck("order_id", &orderIDs).Error
+	}
+	if err != nil || len(orderIDs) == 0 {
+		return 0, false, err
+	}
+	return orderIDs[0], true, nil
+}
+
+// conflictAnomaly is the trade_conflict anomaly of n, whose trade belongs to order owner. It
+// names the order n asked for, when out_trade_no is an order id.
+func conflictAnomaly(n Notification, owner int64) anomaly.Anomaly {
+	a := anomaly.Anomaly{Kind: anomaly.TradeConflict, Channel: n.Channel, TradeNo: n.TradeNo, Amount: n.Amount, Detail: conflictDetail(n, owner)}
+	if id, ok := ids.Parse(n.OutTradeNo); ok {
+		a.OrderID = &id
+	}
+	return a
+}
+
+func conflictDetail(n Notification, owner int64) string {
+	return fmt.Sprintf("%s trade %s belongs to order %d; out_trade_no %q names another", n.Channel, n.TradeNo, owner, n.OutTradeNo)
 }
 
 // Work is the guarded work of one notification, the same for the HTTP and the Kafka path so
@@ -191,7 +252,8 @@ var successBody = []byte(`{"result":"success"}` + "\n")
 
 // Answer turns the outcome of Apply into the channel's answer. Success, and a refusal the
 // state precondition made (the order moved on), are 200 success so that the channel stops;
-// an amount mismatch is a 400 committed with its anomaly; any other error is returned for
+// an amount mismatch (400) and a trade that belongs to another order (422 trade_conflict) are
+// committed with their anomaly; any other error is returned for
 // the guard (a 4xx is stored alone after the rollback, anything else stores nothing).
 func Answer(ctx context.Context, result Result, err error) (idempotent.Response, error) {
 	switch {
@@ -201,7 +263,7 @@ func Answer(ctx context.Context, result Result, err error) (idempotent.Response,
 			resp.Header["Idempotency-Outcome"] = string(idempotent.StateRejected)
 		}
 		return resp, nil
-	case errors.Is(err, ErrAmountMismatch):
+	case errors.Is(err, ErrAmountMismatch), errors.Is(err, anomaly.ErrTradeConflict):
 		resp, _ := idemhttp.StoredProblem(ctx, err)
 		return resp, nil
 	}

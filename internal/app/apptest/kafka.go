@@ -10,9 +10,11 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
 // Writer returns a producer to the instance's Kafka, closed when the test ends. Messages name
@@ -24,14 +26,16 @@ func (s *Server) Writer(tb testing.TB) *kafka.Writer {
 	return w
 }
 
-// PublishNotification writes body to payment.notifications keyed by its trade_no, as a
-// channel's message queue delivers it. It never fails the test, so storms can call it.
+// PublishNotification writes body to payment.notifications keyed by its trade_no and signed
+// with the default channel secret, config.DevChannelSecret (X-Signature), as a channel's message queue delivers it. It
+// never fails the test, so storms can call it.
 func PublishNotification(ctx context.Context, w *kafka.Writer, body []byte) error {
 	var n payment.Notification
 	if err := json.Unmarshal(body, &n); err != nil {
 		return fmt.Errorf("notification body: %w", err)
 	}
-	return w.WriteMessages(ctx, kafka.Message{Topic: kafkax.TopicPaymentNotifications, Key: []byte(n.TradeNo), Value: body})
+	return w.WriteMessages(ctx, kafka.Message{Topic: kafkax.TopicPaymentNotifications, Key: []byte(n.TradeNo), Value: body,
+		Headers: []kafka.Header{{Key: web.HeaderSignature, Value: []byte(web.Sign(config.DevChannelSecret, body))}}})
 }
 
 func (s *Server) kafkaClient() *kafka.Client {

@@ -58,8 +58,14 @@ var (
 	ErrForbidden = New(http.StatusForbidden, "forbidden", "this key may not use this route")
 	// ErrNotFound is an unknown resource, or one that belongs to another user.
 	ErrNotFound = New(http.StatusNotFound, "not_found", "no such resource")
+	// ErrEffectCommitted is an operator's request to forget a stored outcome whose effect
+	// committed (a 2xx): forgetting it would let the next attempt do the write again.
+	ErrEffectCommitted = New(http.StatusConflict, "effect_committed", "the stored outcome is a success whose effect committed; it cannot be evicted")
 	// ErrMethodNotAllowed is a known route with another method.
 	ErrMethodNotAllowed = New(http.StatusMethodNotAllowed, "method_not_allowed", "this route does not accept this method")
+	// ErrPreconditionFailed is a conditional request (If-Match) whose condition no longer
+	// holds: the resource changed since the version the client read.
+	ErrPreconditionFailed = New(http.StatusPreconditionFailed, "precondition_failed", "the resource changed since the version in If-Match; read it again")
 	// ErrPayloadTooLarge is a body over the 1 MiB limit.
 	ErrPayloadTooLarge = New(http.StatusRequestEntityTooLarge, "payload_too_large", "the body is larger than 1 MiB")
 	// ErrUnavailable is a dependency that cannot serve the request right now.

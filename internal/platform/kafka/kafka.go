@@ -19,7 +19,9 @@ import (
 const (
 	// TopicPaymentNotifications carries payment notifications, keyed by trade_no (I1).
 	TopicPaymentNotifications = "payment.notifications"
-	// TopicPaymentNotificationsDLQ receives notifications that cannot be parsed.
+	// TopicPaymentNotificationsDLQ receives the notifications the consumer rejects —
+	// unsigned, wrongly signed, unparseable, a key reused with another body, a trade of
+	// another order — each with its X-Reject-Reason header.
 	TopicPaymentNotificationsDLQ = "payment.notifications.dlq"
 	// TopicOrderEvents carries order events published from the outbox, keyed by order_id.
 	TopicOrderEvents = "order.events"

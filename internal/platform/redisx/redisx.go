@@ -19,8 +19,9 @@ type Conn struct {
 	Embedded *miniredis.Miniredis
 }
 
-// Open connects to addr, or starts an embedded Redis on embeddedAddr when addr is empty.
-func Open(addr, embeddedAddr string) (*Conn, error) {
+// Open connects to the logical database db (ONCEPAY_REDIS_DB) of addr, or starts an embedded
+// Redis on embeddedAddr when addr is empty and uses its database db.
+func Open(addr, embeddedAddr string, db int) (*Conn, error) {
 	c := &Conn{}
 	if addr == "" {
 		m := miniredis.NewMiniRedis()
@@ -33,7 +34,7 @@ func Open(addr, embeddedAddr string) (*Conn, error) {
 		c.Embedded = m
 		addr = m.Addr()
 	}
-	c.Client = NewClient(addr, 0)
+	c.Client = NewClient(addr, db)
 	return c, nil
 }
 

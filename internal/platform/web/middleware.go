@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -78,20 +79,56 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// methodLabel is the method label of a request: one of the methods the API knows, or
+// "OTHER". A client chooses the method freely, so taking it as it came would let anyone grow
+// the metrics without bound (one series per invented method).
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
+		http.MethodPatch, http.MethodOptions:
+		return method
+	default:
+		return "OTHER"
+	}
+}
+
+// routeLabel is the route label of a request: the pattern of the route that served it, or
+// "unmatched" when none did — an unknown path, which chi reports with no pattern or with the
+// "/*" of the mount it fell into, or a known path called with a method nobody serves.
+// Patterns come from the code, never from the request, so the set of labels is fixed.
+func routeLabel(r *http.Request) string {
+	rc := chi.RouteContext(r.Context())
+	if rc == nil {
+		return "unmatched"
+	}
+	p := rc.RoutePattern()
+	if p == "" || strings.HasSuffix(p, "*") {
+		return "unmatched"
+	}
+	return p
+}
+
+// statusLabel is the status label: the code's three digits, which handlers choose, within
+// the range HTTP defines.
+func statusLabel(status int) string {
+	if status < 100 || status > 599 {
+		return "other"
+	}
+	return strconv.Itoa(status)
+}
+
 // Middleware records every request and writes one access log line for it.
 func (m *Metrics) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(sw, r)
-		route := "unmatched"
-		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-			route = rc.RoutePattern()
-		}
+		route := routeLabel(r)
+		method := methodLabel(r.Method)
 		elapsed := time.Since(start)
-		m.requests.WithLabelValues(r.Method, route, strconv.Itoa(sw.status)).Inc()
-		m.latency.WithLabelValues(r.Method, route).Observe(elapsed.Seconds())
-		slog.InfoContext(r.Context(), "http request", "method", r.Method, "route", route, "path", r.URL.Path,
+		m.requests.WithLabelValues(method, route, statusLabel(sw.status)).Inc()
+		m.latency.WithLabelValues(method, route).Observe(elapsed.Seconds())
+		slog.InfoContext(r.Context(), "http request", "method", method, "route", route, "path", r.URL.Path,
 			"status", sw.status, "duration_ms", float64(elapsed.Microseconds())/1000,
 			"idempotency_outcome", sw.Header().Get("Idempotency-Outcome"))
 	})

@@ -54,9 +54,27 @@ func ProblemOf(err error) Problem {
 	}
 }
 
+// Challenge is the WWW-Authenticate challenge of every 401 answer (RFC 9110 §11.6.1 requires
+// one): the API's keys are bearer tokens.
+const Challenge = `Bearer realm="oncepay"`
+
 // WriteError writes err as a problem response. Unexpected errors are logged with their cause.
+// Every 401 carries the WWW-Authenticate challenge, whichever check refused the request. The
+// answer carries X-Request-Id whatever middleware ran before — the request's id, or a fresh
+// one when the request has none — so that even a rejection served outside the RequestID
+// middleware can be traced.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	p := ProblemFor(r, err)
+	if p.RequestID == "" {
+		p.RequestID = requestid.New()
+	}
+	h := w.Header()
+	if h.Get(requestid.Header) == "" {
+		h.Set(requestid.Header, p.RequestID)
+	}
+	if p.Status == http.StatusUnauthorized && h.Get("WWW-Authenticate") == "" {
+		h.Set("WWW-Authenticate", Challenge)
+	}
 	if p.Status >= 500 {
 		slog.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
 	}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/config"
+)
+
+// Configured secrets for these tests. Each starts with four characters found nowhere else in
+// oncepay's output, so that a printed prefix is caught as surely as the whole secret.
+const (
+	testAdminKey      = "Adm9-real-admin-key-7f3c"
+	testChannelSecret = "Chn4-real-channel-secret-91ab"
+	testDSNPassword   = "Pwd8-real-password-55"
+)
+
+// assertNoSecret fails the test if out contains one of secrets or its first four characters.
+func assertNoSecret(t *testing.T, what, out string, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if strings.Contains(out, s) {
+			t.Errorf("%s reveals the secret %q:\n%s", what, s, out)
+		} else if strings.Contains(out, s[:4]) {
+			t.Errorf("%s reveals the prefix %q of the secret %q:\n%s", what, s[:4], s, out)
+		}
+	}
+}
+
+// TestBanner checks the start-up banner: the demo keys are shown only while both secrets are
+// the dev-* defaults, and a configured secret never appears, not even its first characters.
+func TestBanner(t *testing.T) {
+	tests := []struct {
+		name          string
+		admin, secret string
+		showsKeys     bool
+	}{
+		{name: "dev defaults", admin: config.DevAdminKey, secret: config.DevChannelSecret, showsKeys: true},
+		{name: "admin key configured", admin: testAdminKey, secret: config.DevChannelSecret},
+		{name: "channel secret configured", admin: config.DevAdminKey, secret: testChannelSecret},
+		{name: "both configured", admin: testAdminKey, secret: testChannelSecret},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := config.LoadFrom(func(name string) (string, bool) {
+				switch name {
+				case "ONCEPAY_ADMIN_KEY":
+					return tt.admin, true
+				case "ONCEPAY_CHANNEL_SECRET":
+					return tt.secret, true
+				}
+				return "", false
+			})
+			if err != nil {
+				t.Fatalf("LoadFrom: %v", err)
+			}
+			var out bytes.Buffer
+			printBanner(&out, cfg)
+			banner := out.String()
+			assertNoSecret(t, "the banner", banner, testAdminKey, testChannelSecret)
+			for _, demo := range []string{"demo-alice-key", "demo-bob-key", config.DevAdminKey, config.DevChannelSecret} {
+				if got := strings.Contains(banner, demo); got != tt.showsKeys {
+					t.Errorf("the banner shows %q: %v, want %v:\n%s", demo, got, tt.showsKeys, banner)
+				}
+			}
+			if !strings.Contains(banner, "/healthz") {
+				t.Errorf("the banner lacks the curl example:\n%s", banner)
+			}
+		})
+	}
+}
+
+// TestStartupOutputHidesSecrets runs the real binary with configured secrets and checks that
+// nothing it prints — the banner on stdout, the JSON logs (configuration included) on stderr,
+// an error on the way out — reveals a secret or its prefix: once for a start that succeeds
+// (everything embedded) and once for one that fails on a MySQL DSN with a password.
+func TestStartupOutputHidesSecrets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	secrets := []string{testAdminKey, testChannelSecret, testDSNPassword}
+
+	t.Run("embedded start", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin)
+		cmd.Dir = dir
+		cmd.Env = cleanEnv(map[string]string{
+			"ONCEPAY_ADMIN_KEY":           testAdminKey,
+			"ONCEPAY_CHANNEL_SECRET":      testChannelSecret,
+			"ONCEPAY_SEED_DEMO":           "true",
+			"ONCEPAY_DATA_DIR":            dir,
+			"ONCEPAY_HTTP_ADDR":           "127.0.0.1:0",
+			"ONCEPAY_EMBEDDED_REDIS_ADDR": "127.0.0.1:0",
+			"ONCEPAY_EMBEDDED_KAFKA_ADDR": "127.0.0.1:0",
+		})
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		stdoutPipe, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+		var stdout strings.Builder
+		listening := make(chan struct{})
+		copied := make(chan struct{})
+		go func() {
+			defer close(copied)
+			sc := bufio.NewScanner(stdoutPipe)
+			seen := false
+			for sc.Scan() {
+				stdout.WriteString(sc.Text() + "\n")
+				if !seen && strings.Contains(sc.Text(), "/healthz") {
+					seen = true
+					close(listening)
+				}
+			}
+		}()
+		select {
+		case <-listening:
+		case <-copied:
+			_ = cmd.Wait()
+			t.Fatalf("the binary ended before printing its banner\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		case <-ctx.Done():
+			t.Fatalf("no banner within 90s\nstderr:\n%s", stderr.String())
+		}
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Fatalf("interrupt: %v", err)
+		}
+		<-copied
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the binary did not stop cleanly on SIGINT: %v\nstderr:\n%s", err, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "starting oncepay") || !strings.Contains(stderr.String(), `"admin_key"`) {
+			t.Fatalf("stderr lacks the logged configuration, so the check would prove nothing:\n%s", stderr.String())
+		}
+		assertNoSecret(t, "stdout", stdout.String(), secrets...)
+		assertNoSecret(t, "stderr", stderr.String(), secrets...)
+	})
+
+	t.Run("MySQL DSN with a password", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin)
+		cmd.Dir = dir
+		cmd.Env = cleanEnv(map[string]string{
+			"ONCEPAY_ADMIN_KEY":      testAdminKey,
+			"ONCEPAY_CHANNEL_SECRET": testChannelSecret,
+			// Nothing listens on port 1: the start fails after the configuration is logged.
+			"ONCEPAY_MYSQL_DSN": "oncepay:" + testDSNPassword + "@tcp(127.0.0.1:1)/oncepay?timeout=2s",
+			"ONCEPAY_DATA_DIR":  dir,
+		})
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatalf("run: %v, want a failed start (nothing listens on 127.0.0.1:1)\nstderr:\n%s", err, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), `"mysql_dsn":"oncepay:****@tcp(127.0.0.1:1)/oncepay?timeout=2s"`) {
+			t.Errorf("stderr lacks the masked DSN in the logged configuration:\n%s", stderr.String())
+		}
+		assertNoSecret(t, "stdout", stdout.String(), secrets...)
+		assertNoSecret(t, "stderr", stderr.String(), secrets...)
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe to write from the command's copying goroutine while the
+// test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+var _ io.Writer = (*syncBuffer)(nil)
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

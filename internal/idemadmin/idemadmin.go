@@ -1,0 +1,303 @@
+// Package idemadmin serves the operator's side of the idempotency layer over HTTP: the
+// published policy (GET /v1/idempotency-policy, public, as the IETF Idempotency-Key draft
+// asks of servers) and the admin routes that look up a key's dedup record and evict a stored
+// client error so that the next attempt runs again (GET and DELETE
+// /v1/admin/idempotency-records).
+//
+// A record is named by one of two selectors:
+//
+//	?user_id=<id>&key=<Idempotency-Key>          a client's key (scope user:<id>)
+//	?biz_type=<type>&biz_key=<key>[&scope=<s>]   any record, e.g. a payment notification:
+//	                                             biz_type=payment.notify, biz_key=<trade_no>,
+//	                                             scope=channel:<channel>
+//
+// Without scope, the biz selector must match exactly one record.
+package idemadmin
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/web"
+)
+
+// maxScopeMatches bounds the records a biz selector without scope reads to tell one match
+// from several.
+const maxScopeMatches = 10
+
+// Handler serves the policy and the admin routes of one guard.
+type Handler struct {
+	guard     *idempotent.Guard
+	policy    []byte
+	lookups   *prometheus.CounterVec
+	evictions *prometheus.CounterVec
+}
+
+// New returns the handler of guard. requiredOn lists the routes that require an
+// Idempotency-Key ("POST /v1/orders"), for the policy; reg receives the lookup and eviction
+// counters (nil registers nothing).
+func New(guard *idempotent.Guard, requiredOn []string, reg prometheus.Registerer) *Handler {
+	h := &Handler{
+		guard: guard,
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_idempotency_admin_lookups_total",
+			Help: "Operator lookups of idempotency records by result (found, not_found, invalid, error).",
+		}, []string{"result"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncepay_idempotency_admin_evictions_total",
+			Help: "Operator evictions of stored idempotency outcomes by result (evicted, effect_committed, in_progress, not_found, invalid, error).",
+		}, []string{"result"}),
+	}
+	if reg != nil {
+		reg.MustRegister(h.lookups, h.evictions)
+	}
+	h.policy, _ = json.MarshalIndent(PolicyOf(guard.Policy(), requiredOn), "", "  ")
+	h.policy = append(h.policy, '\n')
+	return h
+}
+
+// PolicyHandler serves GET /v1/idempotency-policy: the published policy, the same for every
+// caller, cacheable.
+func (h *Handler) PolicyHandler(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(h.policy)
+}
+
+// RecordView is an idempotency record as the admin routes show it. The stored body is not
+// shown: it may carry a user's data; its problem code, for a stored refusal, is.
+type RecordView struct {
+	Scope   string `json:"scope"`
+	BizType string `json:"biz_type"`
+	BizKey  string `json:"biz_key"`
+	// UserID is the user of a client key (scope user:<id>), absent otherwise.
+	UserID string `json:"user_id,omitempty"`
+	// Status is the record's own status: COMPLETED, or PROCESSING while its first attempt runs.
+	Status string `json:"status"`
+	// Outcome says what is stored: success (2xx, its effect committed), client_error (a 4xx
+	// replayed to every retry, evictable) or in_progress (nothing stored yet).
+	Outcome string `json:"outcome"`
+	// ResponseStatus is the stored HTTP status, 0 while in progress.
+	ResponseStatus int `json:"response_status"`
+	// ResponseCode is the problem code of a stored refusal ("out_of_stock"), if any.
+	ResponseCode string `json:"response_code,omitempty"`
+	// Evictable says whether DELETE would evict the record.
+	Evictable   bool      `json:"evictable"`
+	Fingerprint string    `json:"fingerprint"`
+	RequestID   string    `json:"request_id"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	// Attempts are the answered attempts at the key, oldest first, from the guard's attempt
+	// log (idempotent.Guard.Attempts): request id, path (http, kafka), outcome, layer and
+	// timing of each, so that a person can tell a retry (one request id again, seconds
+	// apart) from concurrency (several request ids, milliseconds apart).
+	Attempts []idempotent.Attempt `json:"attempts"`
+	// Evicted is true in the answer of a DELETE that evicted the record.
+	Evicted bool `json:"evicted,omitempty"`
+}
+
+// The outcomes a RecordView names.
+const (
+	OutcomeSuccess     = "success"
+	OutcomeClientError = "client_error"
+	OutcomeInProgress  = "in_progress"
+)
+
+// ViewOf renders rec for the admin routes.
+func ViewOf(rec idempotent.Record) RecordView {
+	v := RecordView{
+		Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey,
+		Status: rec.Status, ResponseStatus: rec.ResponseStatus,
+		Fingerprint: rec.Fingerprint, RequestID: rec.RequestID,
+		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC(),
+	}
+	if id, ok := strings.CutPrefix(rec.Scope, "user:"); ok && rec.BizType == idemhttp.BizType {
+		v.UserID = id
+	}
+	switch {
+	case rec.Status != idempotent.StatusCompleted:
+		v.Outcome = OutcomeInProgress
+	case rec.ResponseStatus >= 400 && rec.ResponseStatus < 500:
+		v.Outcome, v.Evictable = OutcomeClientError, true
+		var p struct{ Code string }
+		if json.Unmarshal(rec.ResponseBody, &p) == nil {
+			v.ResponseCode = p.Code
+		}
+	default:
+		v.Outcome = OutcomeSuccess
+	}
+	return v
+}
+
+// Lookup serves GET /v1/admin/idempotency-records: the record the selector names.
+func (h *Handler) Lookup(w http.ResponseWriter, r *http.Request) {
+	rec, err := h.find(r)
+	h.lookups.WithLabelValues(resultOf(err, "found")).Inc()
+	if err != nil {
+		web.WriteError(w, r, err)
+		return
+	}
+	v := ViewOf(rec)
+	v.Attempts, err = h.guard.Attempts(r.Context(), idempotent.Key{Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey})
+	if err != nil {
+		slog.WarnContext(r.Context(), "idempotency record lookup: the attempt log is unreadable", "err", err)
+	}
+	if v.Attempts == nil {
+		v.Attempts = []idempotent.Attempt{}
+	}
+	web.WriteJSON(w, http.StatusOK, v)
+}
+
+// Evict serves DELETE /v1/admin/idempotency-records: it forgets the stored 4xx outcome the
+// selector names — record and replay cache — so that the next attempt with the key runs
+// again. A stored success is refused with 409 effect_committed.
+func (h *Handler) Evict(w http.ResponseWriter, r *http.Request) {
+	rec, err := h.find(r)
+	if err == nil {
+		k := idempotent.Key{Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey}
+		rec, err = h.guard.Evict(r.Context(), k)
+		err = adminErr(err, k)
+	}
+	h.evictions.WithLabelValues(resultOf(err, "evicted")).Inc()
+	if err != nil {
+		if errors.Is(err, idempotent.ErrKeyInUse) {
+			w.Header().Set("Retry-After", "1")
+		}
+		web.WriteError(w, r, err)
+		return
+	}
+	slog.WarnContext(r.Context(), "idempotency record evicted by an operator: the next attempt with its key runs again",
+		"scope", rec.Scope, "biz_type", rec.BizType, "biz_key", rec.BizKey,
+		"response_status", rec.ResponseStatus, "record_request_id", rec.RequestID)
+	v := ViewOf(rec)
+	v.Evicted = true
+	web.WriteJSON(w, http.StatusOK, v)
+}
+
+// find reads the selector of r and returns the committed record it names.
+func (h *Handler) find(r *http.Request) (idempotent.Record, error) {
+	sel, err := parseSelector(r.URL.Query())
+	if err != nil {
+		return idempotent.Record{}, err
+	}
+	if sel.Scope == "" {
+		recs, err := h.guard.LookupBizKey(r.Context(), sel.BizType, sel.BizKey, maxScopeMatches)
+		switch {
+		case err != nil:
+			return idempotent.Record{}, err
+		case len(recs) == 0:
+			return idempotent.Record{}, adminErr(idempotent.ErrRecordNotFound, sel)
+		case len(recs) > 1:
+			scopes := make([]string, len(recs))
+			for i, rec := range recs {
+				scopes[i] = rec.Scope
+			}
+			return idempotent.Record{}, apperr.ErrInvalidRequest.Withf(
+				"biz_type=%s and biz_key=%s name records in several scopes (%s): add scope=", sel.BizType, sel.BizKey, strings.Join(scopes, ", "))
+		}
+		return recs[0], nil
+	}
+	rec, found, err := h.guard.Lookup(r.Context(), sel)
+	switch {
+	case err != nil:
+		return idempotent.Record{}, err
+	case !found:
+		return idempotent.Record{}, adminErr(idempotent.ErrRecordNotFound, sel)
+	}
+	return rec, nil
+}
+
+// selectorParams are the query parameters the admin routes read.
+var selectorParams = map[string]bool{"user_id": true, "key": true, "biz_type": true, "biz_key": true, "scope": true}
+
+// parseSelector reads a record's key from the query: user_id and key (a client's
+// Idempotency-Key), or biz_type and biz_key with an optional scope; never a mix of the two,
+// never a parameter twice, nothing else. An empty Scope means "any scope".
+func parseSelector(q url.Values) (idempotent.Key, error) {
+	for name, values := range q {
+		if !selectorParams[name] {
+			return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("unknown query parameter %q: select a record with user_id and key, or biz_type and biz_key (and scope)", name)
+		}
+		if len(values) != 1 {
+			return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("query parameter %q is given %d times", name, len(values))
+		}
+	}
+	has := func(name string) bool { _, ok := q[name]; return ok }
+	user := has("user_id") || has("key")
+	biz := has("biz_type") || has("biz_key") || has("scope")
+	switch {
+	case user && biz:
+		return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("user_id and key cannot be mixed with biz_type, biz_key or scope: use one selector")
+	case user:
+		id, err := strconv.ParseInt(q.Get("user_id"), 10, 64)
+		if err != nil || id <= 0 {
+			return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("user_id must be a user id, a positive decimal number")
+		}
+		key := q.Get("key")
+		if !idempotent.ValidKey(key) {
+			return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("key must be an Idempotency-Key: 1..255 visible ASCII characters")
+		}
+		return idempotent.Key{Scope: "user:" + strconv.FormatInt(id, 10), BizType: idemhttp.BizType, BizKey: key}, nil
+	case biz:
+		k := idempotent.Key{Scope: q.Get("scope"), BizType: q.Get("biz_type"), BizKey: q.Get("biz_key")}
+		if k.BizType == "" || k.BizKey == "" || (has("scope") && k.Scope == "") {
+			return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("biz_type and biz_key are both required (scope is optional but not empty)")
+		}
+		return k, nil
+	default:
+		return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("select a record with user_id and key, or biz_type and biz_key (and scope)")
+	}
+}
+
+// adminErr maps the core's answers to the contract's errors.
+func adminErr(err error, k idempotent.Key) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, idempotent.ErrRecordNotFound):
+		if k.Scope == "" {
+			return apperr.ErrNotFound.Withf("no idempotency record for biz_type=%s biz_key=%s", k.BizType, k.BizKey)
+		}
+		return apperr.ErrNotFound.Withf("no idempotency record for scope=%s biz_type=%s biz_key=%s", k.Scope, k.BizType, k.BizKey)
+	case errors.Is(err, idempotent.ErrEffectCommitted):
+		return apperr.ErrEffectCommitted
+	case errors.Is(err, idempotent.ErrKeyInUse):
+		return apperr.New(http.StatusConflict, idempotent.ErrKeyInUse.Code, "an attempt with this key is running, or its record is still being written; retry later")
+	default:
+		return idemhttp.AsAppErr(err)
+	}
+}
+
+// resultOf is the metric label of an answer: ok for a success, the problem code otherwise.
+func resultOf(err error, ok string) string {
+	if err == nil {
+		return ok
+	}
+	e, isApp := apperr.As(err)
+	if !isApp {
+		return "error"
+	}
+	switch e.Code {
+	case "invalid_request":
+		return "invalid"
+	case idempotent.ErrKeyInUse.Code:
+		return "in_progress"
+	case "not_found", "effect_committed":
+		return e.Code
+	default:
+		return "error"
+	}
+}
