@@ -215,7 +215,7 @@ func answer(ctx context.Context, outcome NotifyOutcome, err error) (idempotent.R
 		}
 		return resp, nil
 	case errors.Is(err, ErrAmountMismatch), errors.Is(err, anomaly.ErrTradeConflict):
-		resp, _ := idemhttp.StoredProblem(ctx, err)
+		resp, _ := idemhttp.StoredProblemAt("/v1/recharges/notify")(ctx, err)
 		return resp, nil
 	}
 	return idempotent.Response{}, err

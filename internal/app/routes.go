@@ -76,7 +76,7 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	})
 	// The articles' bugs, for drills only (ONCEPAY_LAB=true); no real route uses them.
 	if a.Config.Lab {
-		l := lab.New(a.DB, a.Redis.Client, a.IDs, a.orders, a.Config.ChannelSecret, a.Config.ChaosPaymentDelay)
+		l := lab.New(a.DB, a.Redis.Client, a.Config.RedisPrefix, a.IDs, a.orders, a.Config.ChannelSecret, a.Config.ChaosPaymentDelay)
 		r.Mount("/lab", l.Routes(web.RequireUser(a.users), web.RequireAdmin(a.Config.AdminKey, a.users)))
 	}
 	return r

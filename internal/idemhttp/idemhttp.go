@@ -138,6 +138,18 @@ func StoredProblem(ctx context.Context, err error) (idempotent.Response, bool) {
 	return problemResponse(p)
 }
 
+// StoredProblemAt is StoredProblem with the problem's instance set to path, the route a copy
+// would have taken over HTTP: a Kafka copy and an HTTP copy of one notification store the
+// same document.
+func StoredProblemAt(path string) func(ctx context.Context, err error) (idempotent.Response, bool) {
+	return func(ctx context.Context, err error) (idempotent.Response, bool) {
+		p := web.ProblemOf(err)
+		p.Instance = path
+		p.RequestID = requestid.From(ctx)
+		return problemResponse(p)
+	}
+}
+
 func problemResponse(p web.Problem) (idempotent.Response, bool) {
 	if p.Status >= 500 {
 		return idempotent.Response{}, false

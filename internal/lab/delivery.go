@@ -50,7 +50,7 @@ func (l *Lab) payPerPathKey(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// Each path's own dedup: right within the path, useless across paths, because the three
 	// paths never share a key.
-	fresh, err := l.rdb.SetNX(ctx, "oncepay:lab:seen:"+path+":"+delivery, "1", perPathSeen).Result()
+	fresh, err := l.rdb.SetNX(ctx, l.prefix+"seen:"+path+":"+delivery, "1", perPathSeen).Result()
 	if err != nil {
 		web.WriteError(w, r, err)
 		return

@@ -38,6 +38,8 @@ type Lab struct {
 	orders *order.Service
 	rdb    *redis.Client
 	secret string
+	// prefix starts every Redis key of the lab (ONCEPAY_REDIS_PREFIX + "lab:").
+	prefix string
 	// ChaosDelay slows the naive payment between its check and its update (I4), to no less
 	// than the article's slowUpstream.
 	ChaosDelay time.Duration
@@ -47,11 +49,12 @@ type Lab struct {
 	guarded *idemhttp.Adapter
 }
 
-// New returns the lab on the real database and Redis.
-func New(db *gorm.DB, rdb *redis.Client, gen *ids.Generator, orders *order.Service, secret string, chaos time.Duration) *Lab {
-	l := &Lab{db: db, ids: gen, orders: orders, rdb: rdb, secret: secret, ChaosDelay: chaos}
+// New returns the lab on the real database and Redis; every Redis key it writes starts with
+// redisPrefix + "lab:".
+func New(db *gorm.DB, rdb *redis.Client, redisPrefix string, gen *ids.Generator, orders *order.Service, secret string, chaos time.Duration) *Lab {
+	l := &Lab{db: db, ids: gen, orders: orders, rdb: rdb, secret: secret, prefix: redisPrefix + "lab:", ChaosDelay: chaos}
 	l.guarded = idemhttp.New(idempotent.New(db, rdb, idempotent.Config{
-		KeyPrefix: "oncepay:lab:",
+		KeyPrefix: l.prefix,
 		// The lease runs out during the pause and nothing renews it: a paused process cannot
 		// run its watchdog either. What must stop the stale write is the database.
 		LockTTL:    staleLease,
@@ -210,7 +213,7 @@ func (l *Lab) createOrderDedupAfter(w http.ResponseWriter, r *http.Request) {
 // takes the lock, still sees the order unpaid, and pays again: paid_at is stamped twice and
 // the stock is confirmed twice.
 func (l *Lab) payWithFixedLock(w http.ResponseWriter, r *http.Request) {
-	l.payUnderFixedLease(w, r, "oncepay:lab:pay:", fixedLease, max(l.ChaosDelay, slowUpstream))
+	l.payUnderFixedLease(w, r, l.prefix+"pay:", fixedLease, max(l.ChaosDelay, slowUpstream))
 }
 
 // payUnderFixedLease is the naive payment that I4 and I10 share: take a lease of its own

@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
@@ -143,7 +144,10 @@ func (c *Consumer) handle(ctx context.Context, m kafka.Message) bool {
 	if reason != "" {
 		return c.deadLetter(ctx, m, reason)
 	}
-	req := idempotent.Request{Key: n.Key(), Fingerprint: idempotent.Fingerprint("POST", Route, m.Value)}
+	req := idempotent.Request{
+		Key: n.Key(), Fingerprint: idempotent.Fingerprint("POST", Route, m.Value),
+		Via: "kafka", Reject: idemhttp.StoredProblemAt(Route),
+	}
 	for attempt := 0; ; attempt++ {
 		res, err := c.guard.Message(ctx, req, c.payments.Work(n))
 		if err == nil && res.Layer == idempotent.LayerMessage {

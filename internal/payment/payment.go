@@ -47,15 +47,18 @@ type Notification struct {
 	Status     string `json:"status"`
 }
 
-// Parse decodes and validates a notification body.
+// Parse decodes and validates a notification body: strict JSON (web.DecodeBytes), the channel
+// in its one canonical form (web.CheckChannel), then every field's presence and range. The
+// HTTP handler and the Kafka consumer both call it before the notification is keyed.
 func Parse(body []byte) (Notification, error) {
 	var n Notification
 	if err := web.DecodeBytes(body, &n); err != nil {
 		return Notification{}, err
 	}
+	if err := web.CheckChannel("channel", n.Channel); err != nil {
+		return Notification{}, err
+	}
 	switch {
-	case n.Channel == "" || len(n.Channel) > 64:
-		return Notification{}, apperr.ErrInvalidRequest.Withf("channel must be 1..64 characters")
 	case n.TradeNo == "" || len(n.TradeNo) > 128:
 		return Notification{}, apperr.ErrInvalidRequest.Withf("trade_no must be 1..128 characters")
 	case n.OutTradeNo == "":
@@ -264,7 +267,7 @@ func Answer(ctx context.Context, result Result, err error) (idempotent.Response,
 		}
 		return resp, nil
 	case errors.Is(err, ErrAmountMismatch), errors.Is(err, anomaly.ErrTradeConflict):
-		resp, _ := idemhttp.StoredProblem(ctx, err)
+		resp, _ := idemhttp.StoredProblemAt(Route)(ctx, err)
 		return resp, nil
 	}
 	return idempotent.Response{}, err
