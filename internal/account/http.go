@@ -180,12 +180,7 @@ func (h *Handler) notify(w http.ResponseWriter, r *http.Request) {
 		idemhttp.Reject(w, r, err)
 		return
 	}
-	req := idempotent.Request{
-		Key:         n.NotifyKey(),
-		Fingerprint: idempotent.Fingerprint(r.Method, r.URL.Path, body),
-		Reject:      func(_ context.Context, err error) (idempotent.Response, bool) { return idemhttp.Problem(r, err) },
-	}
-	res, err := h.idem.Guard().Do(r.Context(), req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	res, err := h.idem.Guard().Do(r.Context(), idemhttp.Request(r, n.NotifyKey(), body), func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		outcome, err := h.recharges.Notify(ctx, tx, n)
 		return answer(ctx, outcome, err)
 	})

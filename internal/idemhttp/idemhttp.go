@@ -109,18 +109,25 @@ func (a *Adapter) Do(w http.ResponseWriter, r *http.Request, key idempotent.Key,
 // DoLast is Do with the work's contended writes split off into last, which runs after the
 // dedup record is written, right before the commit (idempotent.Request.Last).
 func (a *Adapter) DoLast(w http.ResponseWriter, r *http.Request, key idempotent.Key, body []byte, work idempotent.Work, last func(context.Context, *gorm.DB) error) (idempotent.Result, error) {
-	req := idempotent.Request{
-		Via:  "http",
-		Last: last,
-		Key:  key,
-		// The path, not the route pattern: the same key on /orders/1/cancel and
-		// /orders/2/cancel is two requests (422), never a replay of the other order's.
-		Fingerprint: idempotent.Fingerprint(r.Method, r.URL.Path, body),
-		Reject:      func(_ context.Context, err error) (idempotent.Response, bool) { return Problem(r, err) },
-	}
+	req := Request(r, key, body)
+	req.Last = last
 	res, err := a.guard.Do(r.Context(), req, work)
 	Write(w, r, res, err)
 	return res, err
+}
+
+// Request is the guard's request for r under key: the fingerprint of the method, the path —
+// not the route pattern: the same key on /orders/1/cancel and /orders/2/cancel is two
+// requests (422), never a replay of the other order's — and the body; refusals rendered with
+// r's instance and request id; logged as coming via http. Handlers that look at the guard's
+// answer before writing it (a trade_conflict) build their request with it.
+func Request(r *http.Request, key idempotent.Key, body []byte) idempotent.Request {
+	return idempotent.Request{
+		Key:         key,
+		Fingerprint: idempotent.Fingerprint(r.Method, r.URL.Path, body),
+		Via:         "http",
+		Reject:      func(_ context.Context, err error) (idempotent.Response, bool) { return Problem(r, err) },
+	}
 }
 
 // Problem renders err as the stored answer of a refused request: a problem document with

@@ -1,7 +1,6 @@
 package payment
 
 import (
-	"context"
 	"errors"
 	"net/http"
 
@@ -50,12 +49,7 @@ func (h *Handler) notify(w http.ResponseWriter, r *http.Request) {
 		idemhttp.Reject(w, r, err)
 		return
 	}
-	req := idempotent.Request{
-		Key:         n.Key(),
-		Fingerprint: idempotent.Fingerprint(r.Method, r.URL.Path, body),
-		Reject:      func(_ context.Context, err error) (idempotent.Response, bool) { return idemhttp.Problem(r, err) },
-	}
-	res, err := h.idem.Guard().Do(r.Context(), req, h.payments.Work(n))
+	res, err := h.idem.Guard().Do(r.Context(), idemhttp.Request(r, n.Key(), body), h.payments.Work(n))
 	if errors.Is(err, idempotent.ErrKeyReused) {
 		conflict, cerr := h.payments.TradeConflict(r.Context(), n)
 		switch {
