@@ -107,12 +107,7 @@ func (n Notification) NotifyKey() idempotent.Key {
 // createRecharge serves POST /v1/recharges {"amount":N}: 201 with the PENDING recharge. The
 // key and the body are checked first; a bad one stores nothing.
 func (h *Handler) createRecharge(w http.ResponseWriter, r *http.Request) {
-	key, err := idemhttp.UserKey(r)
-	if err != nil {
-		idemhttp.Reject(w, r, err)
-		return
-	}
-	body, err := web.ReadBody(r)
+	key, body, err := idemhttp.KeyAndBody(r)
 	if err != nil {
 		idemhttp.Reject(w, r, err)
 		return

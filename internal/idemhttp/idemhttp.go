@@ -89,6 +89,18 @@ func UserKey(r *http.Request) (idempotent.Key, error) {
 	return idempotent.Key{Scope: who, BizType: BizType, BizKey: k}, nil
 }
 
+// KeyAndBody reads what every client write starts with: the caller's Idempotency-Key
+// (UserKey) and the raw body, within the body limit. A handler refuses the request with
+// Reject when it fails: nothing is stored.
+func KeyAndBody(r *http.Request) (idempotent.Key, []byte, error) {
+	key, err := UserKey(r)
+	if err != nil {
+		return idempotent.Key{}, nil, err
+	}
+	body, err := web.ReadBody(r)
+	return key, body, err
+}
+
 // Adapter answers idempotent HTTP writes through a guard.
 type Adapter struct{ guard *idempotent.Guard }
 

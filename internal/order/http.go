@@ -86,12 +86,12 @@ type createRequest struct {
 // one stores nothing), then one transaction through the guard — the order's new rows, the
 // dedup record, the stock reserved last — and the answer written after the commit.
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
-	key, err := idemhttp.UserKey(r)
+	key, body, err := idemhttp.KeyAndBody(r)
 	if err != nil {
 		idemhttp.Reject(w, r, err)
 		return
 	}
-	body, lines, err := decodeCreate(r)
+	lines, err := decodeCreate(body)
 	if err != nil {
 		idemhttp.Reject(w, r, err)
 		return
@@ -109,21 +109,17 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	_, _ = h.idem.DoLast(w, r, key, body, open, h.orders.Reserve(lines))
 }
 
-// decodeCreate reads and validates the body of POST /v1/orders.
-func decodeCreate(r *http.Request) ([]byte, []Line, error) {
-	body, err := web.ReadBody(r)
-	if err != nil {
-		return nil, nil, err
-	}
+// decodeCreate decodes and validates the body of POST /v1/orders.
+func decodeCreate(body []byte) ([]Line, error) {
 	var req createRequest
 	if err := web.DecodeBytes(body, &req); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	lines := make([]Line, len(req.Items))
 	for i, it := range req.Items {
 		lines[i] = Line{SKU: it.SKU, Quantity: it.Quantity}
 	}
-	return body, lines, Validate(lines)
+	return lines, Validate(lines)
 }
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
@@ -144,12 +140,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 // cancel is POST /v1/orders/{id}/cancel: the key, then the conditional transition through
 // the guard. An order that moved on answers 409 illegal_state, stored and replayed.
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
-	key, err := idemhttp.UserKey(r)
-	if err != nil {
-		idemhttp.Reject(w, r, err)
-		return
-	}
-	body, err := web.ReadBody(r)
+	key, body, err := idemhttp.KeyAndBody(r)
 	if err != nil {
 		idemhttp.Reject(w, r, err)
 		return
