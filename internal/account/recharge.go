@@ -14,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
 // RechargeStatus is where a recharge stands.
@@ -86,14 +87,16 @@ type Notification struct {
 	Status     string `json:"status"`
 }
 
-// Validate checks the fields' presence and lengths (the columns' widths), so that nothing is
-// truncated or refused by the database, and the amount, 1..10^10 cents whatever the status,
-// as the payments path does. The handler calls it before the key is claimed, so that a
+// Validate checks the channel's canonical form (web.CheckChannel, the rule the payment
+// notifications follow too), then the other fields' presence and lengths (the columns'
+// widths), so that nothing is truncated or refused by the database, and the amount, 1..10^10
+// cents whatever the status, as the payments path does. The handler calls it before the key is claimed, so that a
 // malformed copy stores nothing and the channel's correct copy still credits.
 func (n Notification) Validate() error {
+	if err := web.CheckChannel("channel", n.Channel); err != nil {
+		return err
+	}
 	switch {
-	case n.Channel == "" || len(n.Channel) > 64:
-		return apperr.ErrInvalidRequest.Withf("channel is required, 1..64 characters")
 	case n.TradeNo == "" || len(n.TradeNo) > 128:
 		return apperr.ErrInvalidRequest.Withf("trade_no is required, 1..128 characters")
 	case n.OutTradeNo == "":

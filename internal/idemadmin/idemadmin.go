@@ -29,6 +29,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -242,9 +243,9 @@ func parseSelector(q url.Values) (idempotent.Key, error) {
 	case user && biz:
 		return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("user_id and key cannot be mixed with biz_type, biz_key or scope: use one selector")
 	case user:
-		id, err := strconv.ParseInt(q.Get("user_id"), 10, 64)
-		if err != nil || id <= 0 {
-			return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("user_id must be a user id, a positive decimal number")
+		id, ok := ids.Parse(q.Get("user_id"))
+		if !ok {
+			return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("user_id must be a user id, a positive decimal number without sign or leading zeros")
 		}
 		key := q.Get("key")
 		if !idempotent.ValidKey(key) {

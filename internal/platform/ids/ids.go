@@ -27,8 +27,13 @@ func (g *Generator) Next() int64 { return g.node.Generate().Int64() }
 // Format renders an id as the decimal string the API uses.
 func Format(id int64) string { return strconv.FormatInt(id, 10) }
 
-// Parse reads an id from its decimal string; ok is false for anything else.
+// Parse reads an id from its decimal string, in the one form Format writes: ok is false for
+// anything else, also for another spelling of a valid id ("+123", "0123"), so that an id,
+// like a key, has one spelling on every path (a URL, an out_trade_no, an admin selector).
 func Parse(s string) (id int64, ok bool) {
+	if s == "" || s[0] < '1' || s[0] > '9' {
+		return 0, false
+	}
 	id, err := strconv.ParseInt(s, 10, 64)
 	return id, err == nil && id > 0
 }
