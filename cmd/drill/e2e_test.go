@@ -39,6 +39,7 @@ func TestDrillAgainstTheRealApp(t *testing.T) {
 	cfg.ChannelSecret, cfg.AdminKey = "dev-channel-secret", "dev-admin-key"
 	cfg.SeedDemo = true
 	cfg.DataDir = t.TempDir()
+	cfg.EmbeddedChannelAddr = "127.0.0.1:0" // a simulator of its own, on a free port
 
 	rdb := testenv.Redis(t)
 	if rdb.Embedded != nil {

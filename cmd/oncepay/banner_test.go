@@ -98,13 +98,14 @@ func TestStartupOutputHidesSecrets(t *testing.T) {
 		cmd := exec.CommandContext(ctx, bin)
 		cmd.Dir = dir
 		cmd.Env = cleanEnv(map[string]string{
-			"ONCEPAY_ADMIN_KEY":           testAdminKey,
-			"ONCEPAY_CHANNEL_SECRET":      testChannelSecret,
-			"ONCEPAY_SEED_DEMO":           "true",
-			"ONCEPAY_DATA_DIR":            dir,
-			"ONCEPAY_HTTP_ADDR":           "127.0.0.1:0",
-			"ONCEPAY_EMBEDDED_REDIS_ADDR": "127.0.0.1:0",
-			"ONCEPAY_EMBEDDED_KAFKA_ADDR": "127.0.0.1:0",
+			"ONCEPAY_ADMIN_KEY":             testAdminKey,
+			"ONCEPAY_CHANNEL_SECRET":        testChannelSecret,
+			"ONCEPAY_SEED_DEMO":             "true",
+			"ONCEPAY_DATA_DIR":              dir,
+			"ONCEPAY_HTTP_ADDR":             "127.0.0.1:0",
+			"ONCEPAY_EMBEDDED_REDIS_ADDR":   "127.0.0.1:0",
+			"ONCEPAY_EMBEDDED_KAFKA_ADDR":   "127.0.0.1:0",
+			"ONCEPAY_EMBEDDED_CHANNEL_ADDR": "127.0.0.1:0",
 		})
 		var stderr syncBuffer
 		cmd.Stderr = &stderr

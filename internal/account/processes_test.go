@@ -37,7 +37,7 @@ func TestThreeProcessesCreditOnce(t *testing.T) {
 	db, dsn := testenv.DBWithDSN(t)
 	cfg := apptest.Config(t, accountConfig)
 	bin := buildOncepay(t)
-	channel := "proc-" + apptest.RandHex(4)
+	channel := "proc_" + apptest.RandHex(4)
 	userID, key := apptest.NewUser(t, db, "procs")
 	t.Cleanup(func() { dropRedisKeys(redisAddr, channel, userID) })
 
@@ -85,6 +85,7 @@ func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg
 		"ONCEPAY_MYSQL_DSN=" + dsn,
 		"ONCEPAY_REDIS_ADDR=" + redisAddr,
 		"ONCEPAY_EMBEDDED_KAFKA_ADDR=127.0.0.1:0",
+		"ONCEPAY_EMBEDDED_CHANNEL_ADDR=127.0.0.1:0",
 		"ONCEPAY_DATA_DIR=" + t.TempDir(),
 		"ONCEPAY_NODE_ID=" + fmt.Sprint(node),
 		"ONCEPAY_CHANNEL_SECRET=" + cfg.ChannelSecret,

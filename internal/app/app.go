@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/channel"
+	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
@@ -34,6 +37,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/redisx"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/refund"
 )
 
 // Runner is a background loop (consumer, outbox relay, scheduled job) that runs until its
@@ -50,6 +54,10 @@ type App struct {
 	Kafka    *kafka.Cluster
 	IDs      *ids.Generator
 	Registry *prometheus.Registry
+	// Channel is the embedded channel simulator, nil when ONCEPAY_CHANNEL_URL is set.
+	Channel *channelsim.Sim
+	// ChannelURL is the base URL of the payment channel oncepay calls.
+	ChannelURL string
 
 	// Guard is the idempotency layer every forced-idempotent write goes through.
 	Guard *idempotent.Guard
@@ -61,6 +69,9 @@ type App struct {
 	inventory *inventory.Store
 	orders    *order.Service
 	payments  *payment.Service
+	trades    *payment.Trades
+	refunds   *refund.Service
+	bills     *jobs.Bills
 	handler   http.Handler
 	checks    []readyCheck
 	runners   []Runner
@@ -157,6 +168,17 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.orders = order.NewService(a.DB, a.IDs, inventory.NewMovements(a.IDs), events, cfg.OrderTTL)
 	a.payments = payment.NewService(a.DB, a.IDs, a.orders, a.anomalies)
 
+	// The payment channel (outbound): the embedded simulator unless ONCEPAY_CHANNEL_URL is
+	// set, and the client whose timeouts are indefinite, never "failed" (I8). Trades are asked
+	// about before an order closes (I9); refunds follow recovery points (I8).
+	if a.ChannelURL, err = a.startChannel(cfg); err != nil {
+		return nil, err
+	}
+	client := channel.New(channel.Config{BaseURL: a.ChannelURL, Secret: cfg.ChannelSecret, Timeout: cfg.ChannelTimeout, Retries: uint64(cfg.ChannelRetries)})
+	a.trades = payment.NewTrades(a.DB, a.Guard, a.orders, a.payments, client, cfg.ChannelName, cfg.PublicURL+payment.Route)
+	a.refunds = refund.NewService(a.DB, a.IDs, a.Guard, a.orders, client, cfg.ChannelName, cfg.PublicURL+refund.Route)
+	a.bills = jobs.NewBills(a.DB, client, cfg.ChannelName, a.anomalies)
+
 	// Background loops: the payment notifications consumer (I1), the outbox relay, and the
 	// scheduled jobs (I5, I6), each stopped and drained by Run on shutdown.
 	payments := payment.NewConsumer(a.Kafka, a.Guard, a.payments, cfg.ChannelSecret)
@@ -165,7 +187,9 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.runners = append(a.runners,
 		payments,
 		outbox.NewRelay(a.DB, publisher, a.Guard.RunLocked),
-		&jobs.Scheduled{Name: "close-expired-orders", Interval: cfg.CloseJobInterval, Guard: a.Guard, Job: jobs.CloseExpiredOrders(a.orders)},
+		&jobs.Scheduled{Name: "close-expired-orders", Interval: cfg.CloseJobInterval, Guard: a.Guard, Job: jobs.CloseExpiredOrders(a.orders, a.trades.BeforeClose)},
+		&jobs.Scheduled{Name: "reconcile-payments", Interval: cfg.ReconcileJobInterval, Guard: a.Guard, Job: jobs.ReconcilePayments(a.trades)},
+		&jobs.Scheduled{Name: "resume-refunds", Interval: cfg.RefundJobInterval, Guard: a.Guard, Job: jobs.ResumeRefunds(a.refunds)},
 		&jobs.Scheduled{Name: "purge-dedup-records", Interval: cfg.PurgeJobInterval, Guard: a.Guard, Job: jobs.PurgeDedupRecords(a.Guard, cfg.DedupRetention)},
 	)
 	a.consumersReady = payments.Ready
@@ -183,6 +207,36 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	}
 	a.handler = a.routes(web.NewMetrics(a.Registry))
 	return a, nil
+}
+
+// startChannel returns the channel's base URL: ONCEPAY_CHANNEL_URL, or the embedded
+// simulator's, started here on ONCEPAY_EMBEDDED_CHANNEL_ADDR (port 0 picks a free one) with its
+// state in $ONCEPAY_DATA_DIR/channelsim.json, and stopped by Close.
+func (a *App) startChannel(cfg config.Config) (string, error) {
+	if !cfg.EmbeddedChannel() {
+		return cfg.ChannelURL, nil
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return "", fmt.Errorf("embedded channel simulator: data dir %s: %w", cfg.DataDir, err)
+	}
+	ln, err := net.Listen("tcp", cfg.EmbeddedChannelAddr)
+	if err != nil {
+		return "", fmt.Errorf("embedded channel simulator: listen on %s (set ONCEPAY_EMBEDDED_CHANNEL_ADDR, or ONCEPAY_CHANNEL_URL): %w", cfg.EmbeddedChannelAddr, err)
+	}
+	base := "http://" + ln.Addr().String()
+	sim, err := channelsim.New(channelsim.Config{
+		Secret: cfg.ChannelSecret, Channel: cfg.ChannelName, StateFile: filepath.Join(cfg.DataDir, "channelsim.json"),
+		Schedule: cfg.ChannelSimSchedule, PublicURL: base,
+	})
+	if err != nil {
+		_ = ln.Close()
+		return "", err
+	}
+	srv := &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	a.Channel = sim
+	a.closers = append(a.closers, sim.Close, srv.Close)
+	return base, nil
 }
 
 // Handler is the instance's HTTP handler, for tests and for Run.

@@ -40,14 +40,16 @@ func testConfig(t *testing.T) config.Config {
 	})
 }
 
-// newApp builds an instance on d. It does not call Close: the dependencies belong to the
-// test, and testenv closes them when it ends.
+// newApp builds an instance on d. Close, when the test ends, stops only what the instance
+// opened itself (its channel simulator, its Kafka writer): the dependencies belong to the
+// test, and testenv closes them.
 func newApp(t *testing.T, d app.Deps) *app.App {
 	t.Helper()
 	a, err := app.New(context.Background(), testConfig(t), d)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
+	t.Cleanup(a.Close)
 	return a
 }
 
@@ -358,6 +360,7 @@ func TestReadyzWithRedisDown(t *testing.T) {
 			if err != nil {
 				t.Fatalf("app.New: %v", err)
 			}
+			t.Cleanup(a.Close)
 			status, got := waitKafkaReady(t, run(t, a).url)
 			if status != tt.status || !strings.HasPrefix(got.Checks["redis"], tt.answer) || got.Checks["database"] != "ok" {
 				t.Errorf("/readyz = %d %+v, want %d with redis %s", status, got, tt.status, tt.answer)

@@ -245,6 +245,7 @@ func TestSpecOperations(t *testing.T) {
 	s := loadSpec(t)
 	idempotencyKeyRequired := map[string]bool{
 		"POST /v1/orders": true, "POST /v1/orders/{order_id}/cancel": true, "POST /v1/recharges": true,
+		"POST /v1/orders/{order_id}/payments": true, "POST /v1/orders/{order_id}/refunds": true,
 	}
 	for path, item := range s.Paths {
 		for method, op := range item {

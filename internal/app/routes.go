@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/refund"
 )
 
 // routes is oncepay's URL map, in one place. Every write route states how it is idempotent:
@@ -37,7 +38,9 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	inv := inventory.NewHandler(a.inventory)
 	orders := order.NewHandler(a.orders, a.idem)
 	payments := payment.NewHandler(a.payments, a.idem, a.Config.ChannelSecret)
-	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention)
+	trades := payment.NewTradeHandler(a.trades, a.idem)
+	refunds := refund.NewHandler(a.refunds, a.idem, a.Config.ChannelSecret)
+	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention, jobs.Channel{Trades: a.trades, Refunds: a.refunds, Bills: a.bills})
 	accounts := account.NewHandler(a.recharges, a.users, a.idem, a.Config.ChannelSecret)
 	idemAdmin := idemadmin.New(a.Guard, KeyRequiredRoutes, a.Registry)
 	r.Route("/v1", func(r chi.Router) {
@@ -52,9 +55,17 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 
 		// Orders: create and cancel need an Idempotency-Key; get is naturally idempotent.
 		r.With(web.RequireUser(a.users)).Mount("/orders", orders.Routes())
+		// Paying and refunding an order talk to the channel: both need an Idempotency-Key;
+		// the channel is called outside the transaction, by the same number on every retry
+		// (I8), and a refund is a committed PENDING row before it is a call.
+		r.With(web.RequireUser(a.users)).Post("/orders/{order_id}/payments", trades.Pay)
+		r.With(web.RequireUser(a.users)).Post("/orders/{order_id}/refunds", refunds.Create)
 
 		// Payment notifications are signed by the channel and keyed by channel + trade_no.
 		r.Mount("/payments", payments.Routes())
+		// Refund notifications are signed and keyed by channel + refund_no; reading a refund
+		// is the owner's, naturally idempotent.
+		r.Mount("/refunds", refunds.Routes(web.RequireUser(a.users)))
 
 		// Recharges (I2): create needs an Idempotency-Key; the channel's signed notification is
 		// keyed by channel + trade_no and credits once (state precondition + ledger unique key).
@@ -87,20 +98,22 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 var KeyRequiredRoutes = []string{
 	"POST /v1/orders",
 	"POST /v1/orders/{order_id}/cancel",
+	"POST /v1/orders/{order_id}/payments",
+	"POST /v1/orders/{order_id}/refunds",
 	"POST /v1/recharges",
 }
 
-// idempotentRoute reports whether r is one of the writes with idempotency (an
+// idempotentRoute reports whether r is addressed to one of the writes with idempotency (an
 // Idempotency-Key or a notification's business key), whose every answer carries
-// Idempotency-Outcome.
+// Idempotency-Outcome. It matches the path whatever the method, so that the 405 answering
+// another method on such a path (PUT /v1/orders) says rejected too, like the 401 and 413
+// refused before the key is read; MarkRejected marks error answers only.
 func idempotentRoute(r *http.Request) bool {
-	if r.Method != http.MethodPost {
-		return false
-	}
 	switch p := r.URL.Path; p {
-	case "/v1/orders", "/v1/recharges", "/v1/payments/notify", "/v1/recharges/notify":
+	case "/v1/orders", "/v1/recharges", "/v1/payments/notify", "/v1/recharges/notify", "/v1/refunds/notify":
 		return true
 	default:
-		return strings.HasPrefix(p, "/v1/orders/") && strings.HasSuffix(p, "/cancel")
+		return strings.HasPrefix(p, "/v1/orders/") &&
+			(strings.HasSuffix(p, "/cancel") || strings.HasSuffix(p, "/payments") || strings.HasSuffix(p, "/refunds"))
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -87,7 +89,36 @@ type Config struct {
 	CloseJobInterval time.Duration
 	// PurgeJobInterval is how often the purge-dedup-records job runs.
 	PurgeJobInterval time.Duration
+	// ChannelURL is the payment channel's base URL; empty means the embedded channel
+	// simulator, started in process on EmbeddedChannelAddr.
+	ChannelURL string
+	// EmbeddedChannelAddr is where the embedded channel simulator listens when ChannelURL is
+	// empty; its state is kept in DataDir/channelsim.json.
+	EmbeddedChannelAddr string
+	// ChannelSimSchedule is the embedded simulator's notification retry schedule (Alipay's);
+	// the first attempt is immediate.
+	ChannelSimSchedule []time.Duration
+	// PublicURL is oncepay's base URL as the channel reaches it: notify_url is built on it.
+	PublicURL string
+	// ChannelName is the channel's name in notifications and keys (channel + trade_no).
+	ChannelName string
+	// ChannelTimeout bounds each attempt of a call to the channel; a timeout is indefinite (I8).
+	ChannelTimeout time.Duration
+	// ChannelRetries is how many times an indefinite call is retried, with the same number.
+	ChannelRetries int
+	// ReconcileJobInterval is how often reconcile-payments asks the channel about pending
+	// orders that have a trade (I9).
+	ReconcileJobInterval time.Duration
+	// RefundJobInterval is how often resume-refunds finishes refunds left PENDING or
+	// SUBMITTED and refunds the anomalies that call for it (I8).
+	RefundJobInterval time.Duration
 }
+
+// DefaultChannelSimSchedule is the default ONCEPAY_CHANNEL_SIM_SCHEDULE.
+const DefaultChannelSimSchedule = "4m,10m,10m,1h,2h,6h,15h"
+
+// EmbeddedChannel reports whether the channel is the simulator started in process.
+func (c Config) EmbeddedChannel() bool { return c.ChannelURL == "" }
 
 // EmbeddedDB reports whether the database is the embedded SQLite file.
 func (c Config) EmbeddedDB() bool { return c.MySQLDSN == "" }
@@ -167,6 +198,21 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	c.ChaosPaymentDelay = duration("ONCEPAY_CHAOS_PAYMENT_DELAY", "0s")
 	c.CloseJobInterval = duration("ONCEPAY_CLOSE_JOB_INTERVAL", "30s")
 	c.PurgeJobInterval = duration("ONCEPAY_PURGE_JOB_INTERVAL", "1h")
+	c.ChannelURL = strings.TrimRight(get("ONCEPAY_CHANNEL_URL", ""), "/")
+	c.EmbeddedChannelAddr = get("ONCEPAY_EMBEDDED_CHANNEL_ADDR", "127.0.0.1:18090")
+	rawSchedule := get("ONCEPAY_CHANNEL_SIM_SCHEDULE", DefaultChannelSimSchedule)
+	if c.ChannelSimSchedule, err = ParseSchedule(rawSchedule); err != nil {
+		errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_SIM_SCHEDULE=%q: %w", rawSchedule, err))
+	}
+	c.PublicURL = strings.TrimRight(get("ONCEPAY_PUBLIC_URL", defaultPublicURL(c.HTTPAddr)), "/")
+	c.ChannelName = get("ONCEPAY_CHANNEL_NAME", "simpay")
+	c.ChannelTimeout = duration("ONCEPAY_CHANNEL_TIMEOUT", "5s")
+	rawRetries := get("ONCEPAY_CHANNEL_RETRIES", "3")
+	if c.ChannelRetries, err = strconv.Atoi(rawRetries); err != nil {
+		errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_RETRIES=%q is not an integer: use 0..10 (default 3)", rawRetries))
+	}
+	c.ReconcileJobInterval = duration("ONCEPAY_RECONCILE_JOB_INTERVAL", "1m")
+	c.RefundJobInterval = duration("ONCEPAY_REFUND_JOB_INTERVAL", "1m")
 	rawNode := get("ONCEPAY_NODE_ID", "1")
 	node, err := strconv.ParseInt(rawNode, 10, 64)
 	if err != nil {
@@ -211,6 +257,26 @@ func (c Config) validate() []error {
 	if c.CloseJobInterval <= 0 || c.PurgeJobInterval <= 0 {
 		errs = append(errs, errors.New("ONCEPAY_CLOSE_JOB_INTERVAL and ONCEPAY_PURGE_JOB_INTERVAL must be positive"))
 	}
+	if c.ChannelURL != "" && !httpURL(c.ChannelURL) {
+		errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_URL=%q is not an http(s) URL: use a base URL such as https://channel.example.com, or leave it empty for the embedded simulator", c.ChannelURL))
+	}
+	if c.EmbeddedChannel() {
+		if _, _, err := net.SplitHostPort(c.EmbeddedChannelAddr); err != nil {
+			errs = append(errs, fmt.Errorf("ONCEPAY_EMBEDDED_CHANNEL_ADDR=%q is not host:port: use such as 127.0.0.1:18090 (default)", c.EmbeddedChannelAddr))
+		}
+	}
+	if !httpURL(c.PublicURL) {
+		errs = append(errs, fmt.Errorf("ONCEPAY_PUBLIC_URL=%q is not an http(s) URL: use the base URL the channel reaches oncepay at, such as https://pay.example.com", c.PublicURL))
+	}
+	if c.ChannelTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_TIMEOUT=%s must be positive (default 5s)", c.ChannelTimeout))
+	}
+	if c.ChannelRetries < 0 || c.ChannelRetries > 10 {
+		errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_RETRIES=%d is out of range: use 0..10 (default 3)", c.ChannelRetries))
+	}
+	if c.ReconcileJobInterval <= 0 || c.RefundJobInterval <= 0 {
+		errs = append(errs, errors.New("ONCEPAY_RECONCILE_JOB_INTERVAL and ONCEPAY_REFUND_JOB_INTERVAL must be positive"))
+	}
 	if !c.EmbeddedDB() {
 		if strings.HasPrefix(c.ChannelSecret, "dev-") {
 			errs = append(errs, errors.New("ONCEPAY_CHANNEL_SECRET is a dev-* default while ONCEPAY_MYSQL_DSN points at a real database: set a real secret"))
@@ -245,7 +311,46 @@ func (c Config) LogValue() slog.Value {
 		slog.String("chaos_payment_delay", c.ChaosPaymentDelay.String()),
 		slog.String("close_job_interval", c.CloseJobInterval.String()),
 		slog.String("purge_job_interval", c.PurgeJobInterval.String()),
+		slog.String("channel_url", orEmbedded(c.ChannelURL, c.EmbeddedChannelAddr)),
+		slog.Any("channel_sim_schedule", c.ChannelSimSchedule),
+		slog.String("public_url", c.PublicURL),
+		slog.String("channel_name", c.ChannelName),
+		slog.String("channel_timeout", c.ChannelTimeout.String()),
+		slog.Int("channel_retries", c.ChannelRetries),
+		slog.String("reconcile_job_interval", c.ReconcileJobInterval.String()),
+		slog.String("refund_job_interval", c.RefundJobInterval.String()),
 	)
+}
+
+// ParseSchedule parses a comma list of positive durations, such as "4m,10m,1h".
+func ParseSchedule(raw string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, part := range strings.Split(raw, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%q is not a positive duration: use a comma list such as %s", strings.TrimSpace(part), DefaultChannelSimSchedule)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// defaultPublicURL is http://<host:port of addr>, with localhost for an empty or wildcard host.
+func defaultPublicURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// httpURL reports whether s is an absolute http or https URL with a host.
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 func orEmbedded(external, embedded string) string {

@@ -21,6 +21,8 @@ const (
 	Confirm = "CONFIRM"
 	// Release: reserved → available, when the order is cancelled or closed.
 	Release = "RELEASE"
+	// Return: sold → available, when a paid order is refunded in full.
+	Return = "RETURN"
 )
 
 // Line is a quantity of one SKU in an order.
@@ -62,6 +64,7 @@ var updates = map[string]struct {
 	Reserve: {map[string]string{"available": "available - ?", "reserved": "reserved + ?"}, "available >= ?"},
 	Confirm: {map[string]string{"reserved": "reserved - ?", "sold": "sold + ?"}, "reserved >= ?"},
 	Release: {map[string]string{"reserved": "reserved - ?", "available": "available + ?"}, "reserved >= ?"},
+	Return:  {map[string]string{"sold": "sold - ?", "available": "available + ?"}, "sold >= ?"},
 }
 
 // Prices returns the current price of each SKU in lines, or ErrUnknownSKU naming the first

@@ -209,7 +209,7 @@ func TestCloseRacesPayment(t *testing.T) {
 			<-start
 			for range 3 {
 				if w%2 == 0 {
-					count(jobs.CloseExpiredOrders(svc)(context.Background()))
+					count(jobs.CloseExpiredOrders(svc, nil)(context.Background()))
 					continue
 				}
 				r := s.Do(http.MethodPost, "/v1/admin/jobs/close-expired-orders/run", apptest.AdminKey, nil, nil)

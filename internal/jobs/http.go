@@ -18,11 +18,13 @@ type Handler struct {
 	orders    *order.Service
 	guard     *idempotent.Guard
 	retention time.Duration
+	channel   Channel
 }
 
-// NewHandler returns the admin jobs handler; retention is the configured dedup retention.
-func NewHandler(orders *order.Service, guard *idempotent.Guard, retention time.Duration) *Handler {
-	return &Handler{orders: orders, guard: guard, retention: retention}
+// NewHandler returns the admin jobs handler; retention is the configured dedup retention and
+// ch the jobs that talk to the payment channel.
+func NewHandler(orders *order.Service, guard *idempotent.Guard, retention time.Duration, ch Channel) *Handler {
+	return &Handler{orders: orders, guard: guard, retention: retention, channel: ch}
 }
 
 // AdminRoutes serves the job runs, mounted at /v1/admin/jobs behind the admin key.
@@ -30,11 +32,14 @@ func (h *Handler) AdminRoutes() chi.Router {
 	r := chi.NewRouter()
 	r.Post("/close-expired-orders/run", h.closeExpired)
 	r.Post("/purge-dedup-records/run", h.purge)
+	r.Post("/reconcile-payments/run", h.reconcilePayments)
+	r.Post("/resume-refunds/run", h.resumeRefunds)
+	r.Post("/reconcile-bills/run", h.reconcileBills)
 	return r
 }
 
 func (h *Handler) closeExpired(w http.ResponseWriter, r *http.Request) {
-	n, err := CloseExpiredOrders(h.orders)(r.Context())
+	n, err := CloseExpiredOrders(h.orders, h.channel.Trades.BeforeClose)(r.Context())
 	if err != nil {
 		web.WriteError(w, r, err)
 		return

@@ -46,10 +46,16 @@ func (s *Scheduled) Run(ctx context.Context) error {
 	}
 }
 
+// BeforeClose asks the payment channel about an expired order before it is closed locally
+// (I9) and reports whether it may be closed: payment.Trades.BeforeClose.
+type BeforeClose func(ctx context.Context, orderID int64) (closeIt bool, err error)
+
 // CloseExpiredOrders closes every unpaid order past its expiry, in batches, and returns how
 // many it closed. Each close is the conditional PENDING_PAYMENT → CLOSED update: an order paid
-// while the job ran is left PAID (I5), and the job's count does not include it.
-func CloseExpiredOrders(orders *order.Service) func(ctx context.Context) (int64, error) {
+// while the job ran is left PAID (I5), and the job's count does not include it. When before is
+// set, the channel is asked first (I9): an order paid there is applied as a payment instead,
+// and one the channel cannot answer about now stays open until the next run.
+func CloseExpiredOrders(orders *order.Service, before BeforeClose) func(ctx context.Context) (int64, error) {
 	const batch = 100
 	return func(ctx context.Context) (int64, error) {
 		var closed int64
@@ -58,16 +64,29 @@ func CloseExpiredOrders(orders *order.Service) func(ctx context.Context) (int64,
 			if err != nil {
 				return closed, err
 			}
+			var settled int
 			for _, id := range ids {
+				if before != nil {
+					closeIt, err := before(ctx, id)
+					if err != nil {
+						return closed, err
+					}
+					if !closeIt {
+						continue
+					}
+				}
 				moved, err := orders.Close(ctx, id)
 				if err != nil {
 					return closed, err
 				}
+				settled++
 				if moved {
 					closed++
 				}
 			}
-			if len(ids) < batch {
+			// A full batch that moved nothing is made of orders the channel could not answer
+			// about: the next run asks again, rather than this one spinning on them.
+			if len(ids) < batch || settled == 0 {
 				return closed, nil
 			}
 		}

@@ -19,16 +19,19 @@ const (
 	Paid           Status = "PAID"
 	Cancelled      Status = "CANCELLED"
 	Closed         Status = "CLOSED"
+	// Refunded: the SUCCEEDED refunds of a PAID order reached its amount; its stock went back.
+	Refunded Status = "REFUNDED"
 )
 
 // transitions lists, for each status, the statuses an order may come from. It is the only
 // source of the preconditions in the conditional UPDATEs: a late close task (I5) or a late
 // copy of a payment (I1) finds the order already moved on, affects 0 rows, and changes
-// nothing — in particular, nothing ever moves an order out of PAID.
+// nothing — in particular, nothing but its refunds ever moves an order out of PAID.
 var transitions = map[Status][]Status{
 	Paid:      {PendingPayment},
 	Cancelled: {PendingPayment},
 	Closed:    {PendingPayment},
+	Refunded:  {Paid},
 }
 
 // From returns the statuses an order may reach to from.

@@ -75,6 +75,12 @@ func Config(tb testing.TB, opts ...Option) config.Config {
 	}
 	cfg.DataDir = tb.TempDir()
 	cfg.SeedDemo = true
+	// Each test gets its own channel simulator on a free port, quick to give up on a call
+	// (a timeout is indefinite, I8) and quick to retry its notifications.
+	cfg.EmbeddedChannelAddr = "127.0.0.1:0"
+	cfg.ChannelTimeout = 500 * time.Millisecond
+	cfg.ChannelRetries = 1
+	cfg.ChannelSimSchedule = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -101,11 +107,11 @@ func NewDeps(tb testing.TB) app.Deps {
 // two replicas of the service (each needs its own NodeID).
 func StartOn(tb testing.TB, deps app.Deps, opts ...Option) *Server {
 	tb.Helper()
-	s := build(tb, deps, opts)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("listen: %v", err)
 	}
+	s := build(tb, deps, append([]Option{publicURL(ln)}, opts...))
 	ctx, cancel := context.WithCancel(context.Background())
 	var runErr error
 	stopped := make(chan struct{})
@@ -133,11 +139,18 @@ func StartOn(tb testing.TB, deps app.Deps, opts ...Option) *Server {
 // loops: no consumer, no outbox relay, no jobs. Tests use it to drive those loops by hand.
 func StartHTTPOnly(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	s := build(tb, NewDeps(tb), opts)
-	srv := httptest.NewServer(s.App.Handler())
+	srv := httptest.NewUnstartedServer(nil)
+	s := build(tb, NewDeps(tb), append([]Option{publicURL(srv.Listener)}, opts...))
+	srv.Config.Handler = s.App.Handler()
+	srv.Start()
 	tb.Cleanup(srv.Close)
 	s.URL = srv.URL
 	return s
+}
+
+// publicURL makes the channel's notifications come back to the instance served on ln.
+func publicURL(ln net.Listener) Option {
+	return func(c *config.Config) { c.PublicURL = "http://" + ln.Addr().String() }
 }
 
 func build(tb testing.TB, deps app.Deps, opts []Option) *Server {
@@ -148,6 +161,7 @@ func build(tb testing.TB, deps app.Deps, opts []Option) *Server {
 	if err != nil {
 		tb.Fatalf("app.New: %v", err)
 	}
+	tb.Cleanup(a.Close)
 	return &Server{App: a, Config: cfg, DB: deps.DB, Deps: deps, client: newClient(tb)}
 }
 

@@ -282,7 +282,7 @@ func TestSchemaDiffReportsDrift(t *testing.T) {
 		`ALTER TABLE users ADD COLUMN email VARCHAR(255) NULL`,
 		`DROP INDEX uk_anomalies_trade`,
 		`CREATE UNIQUE INDEX uk_anomalies_trade ON anomalies (channel, trade_no, kind)`,
-		`CREATE TABLE refunds (id INTEGER NOT NULL PRIMARY KEY)`,
+		`CREATE TABLE refund_notes (id INTEGER NOT NULL PRIMARY KEY)`,
 	} {
 		if err := drifted.Exec(stmt).Error; err != nil {
 			t.Fatalf("%s: %v", stmt, err)
@@ -292,7 +292,7 @@ func TestSchemaDiffReportsDrift(t *testing.T) {
 	want := []string{
 		"table anomalies unique index uk_anomalies_trade: base has (kind, channel, trade_no), drifted has (channel, trade_no, kind)",
 		"table orders unique index uk_orders_trade (channel, trade_no): only in drifted",
-		"table refunds: only in drifted",
+		"table refund_notes: only in drifted",
 		"table users column email: only in drifted",
 	}
 	if !slices.Equal(got, want) {

@@ -1,0 +1,175 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/channel"
+	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/refund"
+)
+
+// Mismatch is one disagreement between the channel's bill and oncepay's books.
+type Mismatch struct {
+	// Kind is the anomaly kind it is recorded as: reconcile_missing_payment (the channel was
+	// paid, oncepay knows no such payment), reconcile_payment_amount, reconcile_unbilled_payment
+	// (oncepay recorded a payment the bill lacks), reconcile_missing_refund,
+	// reconcile_refund_amount, reconcile_unbilled_refund.
+	Kind    string `json:"kind"`
+	Channel string `json:"channel"`
+	// TradeNo is the trade_no, or the refund_no of a refund.
+	TradeNo string `json:"trade_no"`
+	OrderID string `json:"order_id,omitempty"`
+	// ChannelAmount and OncepayAmount are 0 where that side has nothing.
+	ChannelAmount int64  `json:"channel_amount"`
+	OncepayAmount int64  `json:"oncepay_amount"`
+	Detail        string `json:"detail"`
+}
+
+// BillReport is the answer of reconcile-bills.
+type BillReport struct {
+	Date       string     `json:"date"`
+	Matched    int64      `json:"matched"`
+	Mismatches []Mismatch `json:"mismatches"`
+}
+
+// Bills reconciles the channel's daily bill against payments and refunds (I9: the last net
+// under a payment whose notifications never arrived and that no query caught).
+type Bills struct {
+	db        *gorm.DB
+	client    *channel.Client
+	channel   string
+	anomalies *anomaly.Recorder
+}
+
+// NewBills returns the bill reconciliation of the channel called name.
+func NewBills(db *gorm.DB, client *channel.Client, name string, anomalies *anomaly.Recorder) *Bills {
+	return &Bills{db: db, client: client, channel: name, anomalies: anomalies}
+}
+
+// Reconcile fetches the bill of day (UTC) and compares it, entry by entry, with what oncepay
+// recorded: every paid trade must be a payment (or an anomaly kept for refund) of the same
+// amount, every refund a SUCCEEDED refund of the same amount, and the reverse for what oncepay
+// recorded that day. Each mismatch is recorded as an anomaly reconcile_<what>, once per kind,
+// channel and trade or refund number, however often the day is reconciled.
+func (b *Bills) Reconcile(ctx context.Context, day time.Time) (BillReport, error) {
+	date := day.UTC().Format(time.DateOnly)
+	bill, err := b.client.Bill(ctx, date)
+	if err != nil {
+		return BillReport{}, err
+	}
+	rep := BillReport{Date: date, Mismatches: []Mismatch{}}
+	from, to := day.UTC().Truncate(24*time.Hour), day.UTC().Truncate(24*time.Hour).Add(24*time.Hour)
+	if err := b.trades(ctx, bill.Trades, from, to, &rep); err != nil {
+		return BillReport{}, err
+	}
+	if err := b.refunds(ctx, bill.Refunds, from, to, &rep); err != nil {
+		return BillReport{}, err
+	}
+	for _, m := range rep.Mismatches {
+		a := anomaly.Anomaly{Kind: m.Kind, Channel: m.Channel, TradeNo: m.TradeNo, Amount: max(m.ChannelAmount, m.OncepayAmount), Detail: m.Detail}
+		if id, ok := ids.Parse(m.OrderID); ok {
+			a.OrderID = &id
+		}
+		if err := b.anomalies.RecordAlone(ctx, a); err != nil {
+			return BillReport{}, err
+		}
+	}
+	return rep, nil
+}
+
+// trades compares the bill's paid trades with the payments (and anomalies) of the day.
+func (b *Bills) trades(ctx context.Context, billed []channel.Trade, from, to time.Time, rep *BillReport) error {
+	seen := map[string]bool{}
+	for _, t := range billed {
+		if t.Status != channel.TradeSuccess {
+			continue
+		}
+		seen[t.TradeNo] = true
+		amount, found, err := b.knownPayment(ctx, t.TradeNo)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			rep.add("reconcile_missing_payment", b.channel, t.TradeNo, t.OutTradeNo, t.Amount, 0, "the channel was paid; oncepay has no payment or anomaly for this trade")
+		case amount != t.Amount:
+			rep.add("reconcile_payment_amount", b.channel, t.TradeNo, t.OutTradeNo, t.Amount, amount, "the amounts differ")
+		default:
+			rep.Matched++
+		}
+	}
+	var ours []payment.Payment
+	if err := b.db.WithContext(ctx).Where("channel = ? AND created_at >= ? AND created_at < ?", b.channel, from, to).Find(&ours).Error; err != nil {
+		return err
+	}
+	for _, p := range ours {
+		if !seen[p.TradeNo] {
+			rep.add("reconcile_unbilled_payment", b.channel, p.TradeNo, ids.Format(p.OrderID), 0, p.Amount, "oncepay recorded this payment; the channel's bill of the day lacks it")
+		}
+	}
+	return nil
+}
+
+// knownPayment returns the amount oncepay recorded for trade tradeNo: its payment, or the
+// anomaly that keeps a payment it could not apply.
+func (b *Bills) knownPayment(ctx context.Context, tradeNo string) (int64, bool, error) {
+	var amounts []int64
+	err := b.db.WithContext(ctx).Model(&payment.Payment{}).Where("channel = ? AND trade_no = ?", b.channel, tradeNo).Pluck("amount", &amounts).Error
+	if err == nil && len(amounts) == 0 {
+		err = b.db.WithContext(ctx).Model(&anomaly.Anomaly{}).
+			Where("channel = ? AND trade_no = ? AND kind IN ?", b.channel, tradeNo, []string{anomaly.PaidAfterClose, anomaly.DuplicatePayment, anomaly.AmountMismatch}).
+			Limit(1).Pluck("amount", &amounts).Error
+	}
+	if err != nil || len(amounts) == 0 {
+		return 0, false, err
+	}
+	return amounts[0], true, nil
+}
+
+// refunds compares the bill's refunds with the SUCCEEDED refunds of the day.
+func (b *Bills) refunds(ctx context.Context, billed []channel.Refund, from, to time.Time, rep *BillReport) error {
+	seen := map[string]bool{}
+	for _, r := range billed {
+		if r.Status != channel.RefundSuccess {
+			continue
+		}
+		seen[r.OutRefundNo] = true
+		var ours []refund.Refund
+		if err := b.db.WithContext(ctx).Where("out_refund_no = ?", r.OutRefundNo).Limit(1).Find(&ours).Error; err != nil {
+			return err
+		}
+		switch {
+		case len(ours) == 0 || ours[0].Status != refund.Succeeded:
+			rep.add("reconcile_missing_refund", b.channel, r.RefundNo, r.OutTradeNo, r.Amount, 0, "the channel refunded; oncepay has no SUCCEEDED refund "+r.OutRefundNo)
+		case ours[0].Amount != r.Amount:
+			rep.add("reconcile_refund_amount", b.channel, r.RefundNo, r.OutTradeNo, r.Amount, ours[0].Amount, "the amounts differ")
+		default:
+			rep.Matched++
+		}
+	}
+	var ours []refund.Refund
+	err := b.db.WithContext(ctx).Where("channel = ? AND status = ? AND updated_at >= ? AND updated_at < ?", b.channel, refund.Succeeded, from, to).Find(&ours).Error
+	if err != nil {
+		return err
+	}
+	for _, r := range ours {
+		if !seen[r.OutRefundNo] {
+			no := r.OutRefundNo
+			if r.RefundNo != nil {
+				no = *r.RefundNo
+			}
+			rep.add("reconcile_unbilled_refund", b.channel, no, ids.Format(r.OrderID), 0, r.Amount, "oncepay recorded this refund as SUCCEEDED; the channel's bill of the day lacks it")
+		}
+	}
+	return nil
+}
+
+func (r *BillReport) add(kind, ch, no, orderID string, channelAmount, oncepayAmount int64, detail string) {
+	r.Mismatches = append(r.Mismatches, Mismatch{Kind: kind, Channel: ch, TradeNo: no, OrderID: orderID,
+		ChannelAmount: channelAmount, OncepayAmount: oncepayAmount, Detail: fmt.Sprintf("%s (bill of %s)", detail, r.Date)})
+}

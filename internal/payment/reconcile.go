@@ -1,0 +1,101 @@
+package payment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/oncepay/oncepay/internal/channel"
+	"github.com/oncepay/oncepay/internal/platform/ids"
+)
+
+// notificationOf is the notification the channel sends for its paid trade ct: the same five
+// fields, so that a query and a notification of one payment are the same request (Settle).
+func (t *Trades) notificationOf(ct channel.Trade) Notification {
+	return Notification{Channel: t.channel, TradeNo: ct.TradeNo, OutTradeNo: ct.OutTradeNo, Amount: ct.Amount, Status: StatusSuccess}
+}
+
+// settleIfPaid asks the channel about order id's trade and settles it when it is paid. paid
+// reports whether the channel says SUCCESS; applied whether this call moved the order.
+func (t *Trades) settleIfPaid(ctx context.Context, id int64) (ct channel.Trade, paid, applied bool, err error) {
+	ct, err = t.client.QueryTrade(ctx, ids.Format(id))
+	if err != nil || ct.Status != channel.TradeSuccess {
+		return ct, false, false, err
+	}
+	applied, err = t.payments.Settle(ctx, t.guard, t.notificationOf(ct))
+	return ct, true, applied, err
+}
+
+// Reconcile asks the channel about every PENDING_PAYMENT order that has a trade and applies a
+// SUCCESS through the notification's own path and key (Settle): a payment whose notifications
+// were all lost still ends PAID (I9). checked counts the orders asked about, applied those
+// that moved to PAID. A trade the channel cannot answer about now is left for the next run.
+func (t *Trades) Reconcile(ctx context.Context) (checked, applied int64, err error) {
+	const batch = 100
+	var after int64
+	for {
+		pending, err := t.PendingWithTrade(ctx, after, batch)
+		if err != nil {
+			return checked, applied, err
+		}
+		for _, id := range pending {
+			after = id
+			checked++
+			_, _, moved, err := t.settleIfPaid(ctx, id)
+			switch {
+			case errors.Is(err, channel.ErrNotFound):
+				// The OPENING row of a call that never reached the channel: nothing to apply.
+			case err != nil:
+				slog.WarnContext(ctx, "reconcile-payments: trade left for the next run", "order_id", id, "err", err)
+			case moved:
+				applied++
+			}
+		}
+		if len(pending) < batch || ctx.Err() != nil {
+			return checked, applied, ctx.Err()
+		}
+	}
+}
+
+// BeforeClose is the close job's question to the channel for expired order id (I9: the money
+// sat at the channel while the order was closed locally). An order without a trade closes as
+// before. For one with a trade: a SUCCESS at the channel is applied as a payment (Settle) and
+// the order is not closed; otherwise the trade is closed at the channel first, and a close
+// refused with trade_paid (the buyer paid in between) is queried and applied. Only when the
+// channel confirmed that the trade cannot be paid any more does it report close = true. An
+// indefinite answer reports false with no error: the order stays PENDING_PAYMENT and the next
+// run asks again.
+func (t *Trades) BeforeClose(ctx context.Context, id int64) (closeIt bool, err error) {
+	has, err := t.HasTrade(ctx, id)
+	if err != nil || !has {
+		return err == nil, err
+	}
+	_, paid, _, err := t.settleIfPaid(ctx, id)
+	switch {
+	case errors.Is(err, channel.ErrNotFound):
+		return true, nil // the call that would have opened it never reached the channel
+	case err != nil:
+		return t.later(ctx, id, err)
+	case paid:
+		return false, nil
+	}
+	_, err = t.client.CloseTrade(ctx, ids.Format(id))
+	switch {
+	case err == nil, errors.Is(err, channel.ErrNotFound):
+		return true, nil
+	case errors.Is(err, channel.ErrTradePaid):
+		if _, paid, _, err = t.settleIfPaid(ctx, id); err != nil || !paid {
+			return t.later(ctx, id, fmt.Errorf("trade_paid, then the query said otherwise: %w", err))
+		}
+		return false, nil
+	default:
+		return t.later(ctx, id, err)
+	}
+}
+
+// later logs why order id stays open until the next run of the close job.
+func (t *Trades) later(ctx context.Context, id int64, err error) (bool, error) {
+	slog.WarnContext(ctx, "close job: the channel did not settle the trade; the order stays open until the next run", "order_id", id, "err", err)
+	return false, nil
+}

@@ -1,0 +1,68 @@
+package payment
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/internal/channel"
+	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/order"
+	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/web"
+)
+
+// TradeHandler serves POST /v1/orders/{order_id}/payments.
+type TradeHandler struct {
+	trades *Trades
+	idem   *idemhttp.Adapter
+}
+
+// NewTradeHandler returns the handler that opens channel trades; idem makes it exactly-once.
+func NewTradeHandler(trades *Trades, idem *idemhttp.Adapter) *TradeHandler {
+	return &TradeHandler{trades: trades, idem: idem}
+}
+
+// Pay is POST /v1/orders/{order_id}/payments, top to bottom: the key, an empty body (or {}),
+// then the trade opened at the channel OUTSIDE any transaction (Trades.Open: the OPENING row
+// committed first, then the call, idempotent by out_trade_no = the order id), and last the
+// guard's transaction that records the channel's answer and stores the 201. A refusal (404,
+// 409 illegal_state) is stored like an answer; a channel that did not answer is a 503 that
+// stores nothing, so the retry with the same key asks the channel again with the same number.
+func (h *TradeHandler) Pay(w http.ResponseWriter, r *http.Request) {
+	key, err := idemhttp.UserKey(r)
+	if err != nil {
+		idemhttp.Reject(w, r, err)
+		return
+	}
+	body, err := web.ReadBody(r)
+	if err == nil && len(body) > 0 {
+		err = web.DecodeBytes(body, &struct{}{})
+	}
+	if err != nil {
+		idemhttp.Reject(w, r, err)
+		return
+	}
+	userID, _ := web.UserID(r.Context())
+	id, ok := ids.Parse(chi.URLParam(r, "order_id"))
+	var (
+		ct      channel.Trade
+		openErr error = order.ErrNotFound
+	)
+	if ok {
+		ct, openErr = h.trades.Open(r.Context(), userID, id)
+	}
+	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		if openErr != nil {
+			return idempotent.Response{}, openErr
+		}
+		view, err := h.trades.Record(ctx, tx, id, ct)
+		if err != nil {
+			return idempotent.Response{}, err
+		}
+		return idemhttp.JSON(http.StatusCreated, view), nil
+	})
+}
