@@ -12,6 +12,9 @@ export ONCEPAY_DATA_DIR="$data"
 export ONCEPAY_HTTP_ADDR="${DRILL_HTTP_ADDR:-127.0.0.1:18080}"
 export ONCEPAY_EMBEDDED_REDIS_ADDR="${DRILL_REDIS_ADDR:-127.0.0.1:16390}"
 export ONCEPAY_EMBEDDED_KAFKA_ADDR="${DRILL_KAFKA_ADDR:-127.0.0.1:19099}"
+# I8, I9: the embedded channel simulator, on a port of its own too. The drill finds it from the
+# pay_url of the trades oncepay opens (or --sim).
+export ONCEPAY_EMBEDDED_CHANNEL_ADDR="${DRILL_CHANNEL_ADDR:-127.0.0.1:18091}"
 export ONCEPAY_LAB=true
 # I4: every oncepay payment sleeps this long while it holds its lock. The drill's retry comes
 # at +5.5 s, after a fixed 5 s lease has run out, so the delay must outlast both: then the
@@ -30,6 +33,16 @@ export ONCEPAY_ORDER_TTL="${ONCEPAY_ORDER_TTL:-3s}"
 # I5: the close job runs only when the drill asks for it. A scheduled run would close the
 # other scenarios' orders in the middle of their 6 s payments (they expire after 3 s).
 export ONCEPAY_CLOSE_JOB_INTERVAL=1h
+# I8: a call to the channel gives up after 1 s and is retried once (with the same number), so
+# that a refund whose answer the simulator holds back (timeout_after_apply) is answered in about
+# 2 s instead of 20 s with the defaults (5 s, 3 retries). The naive lab refund waits 1 s too.
+export ONCEPAY_CHANNEL_TIMEOUT="${ONCEPAY_CHANNEL_TIMEOUT:-1s}"
+export ONCEPAY_CHANNEL_RETRIES="${ONCEPAY_CHANNEL_RETRIES:-1}"
+# I8, I9: reconcile-payments and resume-refunds run only when the drill asks, like the close
+# job: a scheduled reconcile-payments would settle I9's dropped payment before the lab's naive
+# close could show what happens without it.
+export ONCEPAY_RECONCILE_JOB_INTERVAL=1h
+export ONCEPAY_REFUND_JOB_INTERVAL=1h
 
 ./bin/oncepay >"$data/stdout.log" 2>"$log" &
 server=$!

@@ -162,6 +162,9 @@ type call struct {
 	signed bool
 	// requestID is sent as X-Request-Id, so a copy can be found in the server's logs.
 	requestID string
+	// base, when set, is the server the call goes to instead of oncepay: the channel
+	// simulator's /sim/ controls (I8, I9).
+	base string
 }
 
 // route names the call in reports, e.g. "POST /v1/payments/notify".
@@ -185,7 +188,11 @@ func (c *client) do(ctx context.Context, cl call) (answer, error) {
 	if cl.body != nil {
 		body = bytes.NewReader(cl.body)
 	}
-	req, err := http.NewRequestWithContext(ctx, cl.method, c.base+cl.path, body)
+	base := c.base
+	if cl.base != "" {
+		base = cl.base
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, base+cl.path, body)
 	if err != nil {
 		return answer{}, err
 	}

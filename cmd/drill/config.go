@@ -43,6 +43,10 @@ type config struct {
 	// the whole delay: two such runs at once make every other write wait past SQLite's busy
 	// timeout. One at a time suits SQLite; MySQL, with row locks, takes any number.
 	Payments int
+	// Sim is the base URL of the channel simulator that oncepay calls, whose /sim/ controls
+	// (faults, the buyer's payment, its state) I8 and I9 drive; empty learns it from the
+	// pay_url of the first trade oncepay opens (the embedded simulator's own base URL).
+	Sim string
 	// Lab decides whether the lab scenarios run: auto probes GET /lab/.
 	Lab labMode
 	// Settle is how long, at most, the drill waits for its Kafka copies to be consumed before
@@ -86,6 +90,8 @@ const (
 	// envEmbeddedKafka is where the server's embedded broker listens when
 	// ONCEPAY_KAFKA_BROKERS is empty; the drill follows it the same way.
 	envEmbeddedKafka = "ONCEPAY_EMBEDDED_KAFKA_ADDR"
+	// envSimURL is the channel simulator's base URL (--sim).
+	envSimURL = "ONCEPAY_DRILL_SIM_URL"
 )
 
 // parseConfig reads args and the environment (through lookup, os.LookupEnv in production).
@@ -111,6 +117,7 @@ func parseConfig(args []string, lookup func(string) (string, bool), stderr io.Wr
 	fs.StringVar(&cfg.HTML, "html", "", "also write a self-contained HTML report, with a timeline of every copy, to this file")
 	fs.BoolVar(&cfg.Serial, "serial", false, "run one scenario at a time instead of all at once (slower; per-scenario metrics)")
 	fs.IntVar(&cfg.Payments, "payments", 0, "how many scenarios that pay through oncepay may run at once, 0 = no limit")
+	fs.StringVar(&cfg.Sim, "sim", "", "base URL of the channel simulator oncepay calls (I8, I9); empty: learned from the pay_url of a trade (env "+envSimURL+")")
 	fs.StringVar(&lab, "lab", string(labAuto), "run the lab scenarios: auto (when GET /lab/ answers non-404), on or off")
 	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "how long, at most, to wait for the Kafka copies to be consumed")
 	fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "how long, at most, to wait for GET /readyz to answer 200")
@@ -141,6 +148,7 @@ func parseConfig(args []string, lookup func(string) (string, bool), stderr io.Wr
 	fromEnv(&cfg.AdminKey, "admin-key", envAdminKey)
 	fromEnv(&cfg.ChannelSecret, "channel-secret", envChannelSecret)
 	fromEnv(&kafka, "kafka", envKafkaBrokers, envEmbeddedKafka)
+	fromEnv(&cfg.Sim, "sim", envSimURL)
 
 	var errs []error
 	u, err := parseBaseURL(cfg.URL)
@@ -148,6 +156,13 @@ func parseConfig(args []string, lookup func(string) (string, bool), stderr io.Wr
 		errs = append(errs, err)
 	}
 	cfg.URL = u
+	if cfg.Sim != "" {
+		sim, err := parseBaseURL(cfg.Sim)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--sim: %w", err))
+		}
+		cfg.Sim = sim
+	}
 	cfg.Kafka = splitList(kafka)
 	cfg.Only, err = parseOnly(only)
 	if err != nil {

@@ -71,7 +71,8 @@ func TestParseConfigEmptyKafkaEnvMeansTheEmbeddedBroker(t *testing.T) {
 
 func TestParseConfigRejects(t *testing.T) {
 	for name, args := range map[string][]string{
-		"unknown scenario": {"--only", "I9"},
+		"unknown scenario": {"--only", "I99"},
+		"relative sim":     {"--sim", "127.0.0.1:18091"},
 		"relative url":     {"--url", "localhost:8080"},
 		"bad lab":          {"--lab", "maybe"},
 		"unknown flag":     {"--nope"},

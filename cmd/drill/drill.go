@@ -80,13 +80,20 @@ type drill struct {
 	// those runs call the close job one at a time.
 	others  sync.WaitGroup
 	closeMu sync.Mutex
+	// simGate keeps the channel simulator's faults, which are global, to the run that set
+	// them (I8, I9): a run holds it alone from setting a fault to clearing it, and shared
+	// while it needs the channel to behave (opening a trade, a notification on its way).
+	simGate sync.RWMutex
+	// simURL is the simulator's base URL: --sim, or learned from a trade's pay_url.
+	simMu  sync.Mutex
+	simURL string
 }
 
 // newDrill connects to the server: it waits for /readyz, checks the Kafka broker when the
 // Kafka path is on, and probes whether the lab is mounted. Any failure is a connection error
 // (exit status 2).
 func newDrill(ctx context.Context, cfg config, progress io.Writer) (*drill, error) {
-	d := &drill{cfg: cfg, c: newClient(cfg), progress: progress, runID: randomHex(4)}
+	d := &drill{cfg: cfg, c: newClient(cfg), progress: progress, runID: randomHex(4), simURL: cfg.Sim}
 	if err := d.awaitReady(ctx); err != nil {
 		d.c.close()
 		return nil, err

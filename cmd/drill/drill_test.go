@@ -32,8 +32,12 @@ func TestScheduleKeepsTheCloseJobAndSlowPaymentsApart(t *testing.T) {
 		"I7 double click/oncepay", "I7 double click/lab",
 		"flash-sale flash sale/oncepay", "flash-sale flash sale/lab",
 		"I10 paused holder writes late/oncepay", "I10 paused holder writes late/lab", // both pause under /lab/, outside any payment delay
+		"I8 refund call times out/lab",
+		"I9 lost notification, then close/oncepay", // like I5's second half: waits for the others before its close job
+		"I9 lost notification, then close/lab",     // closes its one order by id
 	}
-	wantPaying := []string{"I1 triple delivery/oncepay", "I4 lock expiry under a slow payment/oncepay", "I6 purge before redelivery/oncepay"}
+	wantPaying := []string{"I1 triple delivery/oncepay", "I4 lock expiry under a slow payment/oncepay", "I6 purge before redelivery/oncepay",
+		"I8 refund call times out/oncepay"}
 	wantAlone := []string{"I5 late close of a paid order/oncepay"}
 	for _, g := range []struct {
 		name      string

@@ -36,6 +36,8 @@ func TestDrillAgainstTheRealApp(t *testing.T) {
 	cfg.LockTTL = 5 * time.Second
 	cfg.OrderTTL = 3 * time.Second
 	cfg.CloseJobInterval = time.Hour
+	cfg.ChannelTimeout, cfg.ChannelRetries = time.Second, 1
+	cfg.ReconcileJobInterval, cfg.RefundJobInterval = time.Hour, time.Hour
 	cfg.ChannelSecret, cfg.AdminKey = "dev-channel-secret", "dev-admin-key"
 	cfg.SeedDemo = true
 	cfg.DataDir = t.TempDir()
@@ -47,13 +49,16 @@ func TestDrillAgainstTheRealApp(t *testing.T) {
 		// that oncepay's 5 s lock lease must really be renewed while a payment works.
 		rdb.Embedded.ClockTTL(true)
 	}
-	a, err := app.New(t.Context(), cfg, app.Deps{DB: testenv.DB(t), Redis: rdb, Kafka: testenv.Kafka(t)})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The channel simulator's notifications (I8, I9) come back to this instance.
+	cfg.PublicURL = "http://" + ln.Addr().String()
+	a, err := app.New(t.Context(), cfg, app.Deps{DB: testenv.DB(t), Redis: rdb, Kafka: testenv.Kafka(t)})
+	if err != nil {
+		_ = ln.Close()
+		t.Fatalf("app.New: %v", err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)

@@ -44,6 +44,13 @@ type routes struct {
 	// a caller pause a lock holder: oncepay's is its own guard and order service with a lease
 	// nothing renews; the lab's is the naive lock and unconditional write.
 	pausedNotify string
+	// refundOrder is where I8 asks for a refund of an order: oncepay's POST
+	// /v1/orders/{order_id}/refunds, or the lab's refund that retries a timed-out call under a
+	// new number.
+	refundOrder func(orderID string) string
+	// closeExpired closes one expired order without asking the channel (the lab's I9); nil
+	// for oncepay, whose close is the job that asks first.
+	closeExpired func(orderID string) string
 }
 
 // oncepayRoutes are the contract's routes.
@@ -59,6 +66,7 @@ var oncepayRoutes = routes{
 	formTokens:       true,
 	flashOrders:      "/v1/orders",
 	pausedNotify:     "/lab/guarded/payments/notify-after-pause",
+	refundOrder:      func(id string) string { return "/v1/orders/" + id + "/refunds" },
 }
 
 // labProbePath must answer non-404 (an index of the lab, say) when the server runs with
@@ -96,6 +104,11 @@ const labProbePath = "/lab/"
 //     nothing renews, a check, the pause, then an unconditional payment (I10).
 //   - POST /lab/guarded/payments/notify-after-pause?pause=…: the same pause and lease around
 //     oncepay's own guard and order service, which the oncepay row of I10 drives.
+//   - POST /lab/orders/{order_id}/refunds {"amount"}: the user's bearer; calls the channel's
+//     refund with a 1 s timeout and, when it times out, again under a NEW out_refund_no
+//     (I8): with timeout_after_apply the channel applies both.
+//   - POST /lab/orders/{order_id}/close-expired: admin bearer; closes the order if it is
+//     PENDING_PAYMENT and expired, returning its stock, without asking the channel (I9).
 //
 // The lab writes the same orders, stock and balances that /v1 reads.
 var labRoutes = routes{
@@ -111,6 +124,8 @@ var labRoutes = routes{
 	formOrders:       "/lab/orders/submit",
 	flashOrders:      "/lab/orders/check-then-act",
 	pausedNotify:     "/lab/payments/notify-after-pause",
+	refundOrder:      func(id string) string { return "/lab/orders/" + id + "/refunds" },
+	closeExpired:     func(id string) string { return "/lab/orders/" + id + "/close-expired" },
 }
 
 // scenario is one drill. run fires the copies and judges the effect; lab says whether the
@@ -177,6 +192,10 @@ var catalog = []scenario{
 	// I10's oncepay run answers its stale holder from the dedup record, which I6's purge must
 	// not remove in the meantime.
 	{id: "I10", name: "paused holder writes late", lab: true, purgeSensitive: true, run: (*drill).staleWriter},
+	// I8 and I9 drive the channel simulator, whose faults are global: each holds simGate
+	// alone while its fault is on. I9's oncepay run calls the close job once its order expired.
+	{id: "I8", name: "refund call times out", lab: true, pays: true, run: (*drill).refundTimeout},
+	{id: "I9", name: "lost notification, then close", lab: true, closeJob: closeAfterOthers, pays: true, run: (*drill).lostNotification},
 }
 
 // scenarioIDs returns the distinct scenario ids in catalog order.

@@ -47,6 +47,9 @@ type Lab struct {
 	// (I10): a short lease that nothing renews. It is the one part of the lab that is right;
 	// see payGuardedAfterPause.
 	guarded *idemhttp.Adapter
+	// ChannelURL is the payment channel's base URL for the outbound replicas (I8); when it is
+	// empty, they take it from the pay_url of the order's trade (see channelURL).
+	ChannelURL string
 }
 
 // New returns the lab on the real database and Redis; every Redis key it writes starts with
@@ -83,6 +86,8 @@ func (l *Lab) Routes(requireUser, requireAdmin func(http.Handler) http.Handler) 
 	r.With(requireUser).Post("/orders/check-then-act", l.createOrderCheckThenAct)
 	r.With(web.RequireSignature(l.secret)).Post("/payments/notify-after-pause", l.payAfterPause)
 	r.With(web.RequireSignature(l.secret)).Post("/guarded/payments/notify-after-pause", l.payGuardedAfterPause)
+	r.With(requireUser).Post("/orders/{order_id}/refunds", l.refundNewNumberOnTimeout)
+	r.With(requireAdmin).Post("/orders/{order_id}/close-expired", l.closeExpiredWithoutAsking)
 	return r
 }
 
@@ -102,6 +107,10 @@ func (l *Lab) index(w http.ResponseWriter, _ *http.Request) {
 			"POST /lab/payments/notify-after-pause?pause=": "I10: a 1 s lease, a check, a pause past the lease, then an unconditional write (Kleppmann)",
 			"POST /lab/guarded/payments/notify-after-pause?pause=": "I10, the fix: oncepay's guard with the same unrenewed 1 s lease and pause; " +
 				"the state precondition and the dedup record's unique key refuse the stale write",
+			"POST /lab/orders/{order_id}/refunds": "I8: a refund whose channel call timed out (1 s) is sent again under a NEW out_refund_no; " +
+				"nothing is committed before the call, so the channel, which applied the first, refunds twice",
+			"POST /lab/orders/{order_id}/close-expired": "I9: closes an expired PENDING_PAYMENT order and returns its stock without asking the channel, " +
+				"so a payment whose notifications were lost is stuck at the channel while the order is CLOSED",
 		},
 	})
 }
