@@ -277,6 +277,21 @@ func (s *Service) resume(ctx context.Context, r Refund) (bool, error) {
 	return s.Settle(ctx, Notification{Channel: r.Channel, RefundNo: cr.RefundNo, OutRefundNo: r.OutRefundNo, Amount: cr.Amount, Status: cr.Status})
 }
 
+// refundable reports whether a duplicate payment can be refunded through the channel's
+// refund API, which names the trade by out_trade_no (the order id): only when the trade the
+// channel holds under it is the duplicate itself. Otherwise the refund would take back the
+// order's own, legitimate payment; the anomaly stays listed for an operator to refund at the
+// channel by its trade number.
+func (s *Service) refundable(ctx context.Context, o order.Order, a anomaly.Anomaly) bool {
+	ct, err := s.client.QueryTrade(ctx, ids.Format(o.ID))
+	if err != nil || ct.TradeNo != a.TradeNo {
+		slog.WarnContext(ctx, "duplicate payment not refunded automatically: the channel's trade for the order is another one",
+			"order_id", o.ID, "anomaly_id", a.ID, "trade_no", a.TradeNo, "channel_trade_no", ct.TradeNo, "err", err)
+		return false
+	}
+	return true
+}
+
 // refundedKinds are the anomalies whose money goes back to the buyer automatically.
 var refundedKinds = []string{anomaly.PaidAfterClose, anomaly.DuplicatePayment}
 
@@ -296,6 +311,9 @@ func (s *Service) openAnomalyRefunds(ctx context.Context) error {
 		o, err := s.orders.Lookup(ctx, s.db, *a.OrderID)
 		if err != nil {
 			return err
+		}
+		if a.Kind == anomaly.DuplicatePayment && !s.refundable(ctx, o, a) {
+			continue
 		}
 		r := s.newRow(o, a.Amount, "anomaly "+a.Kind, &a.ID)
 		r.Channel = a.Channel
