@@ -5,15 +5,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
 // Configured secrets for these tests. Each starts with four characters found nowhere else in
@@ -107,7 +106,7 @@ func TestStartupOutputHidesSecrets(t *testing.T) {
 			"ONCEPAY_EMBEDDED_KAFKA_ADDR":   "127.0.0.1:0",
 			"ONCEPAY_EMBEDDED_CHANNEL_ADDR": "127.0.0.1:0",
 		})
-		var stderr syncBuffer
+		var stderr testenv.SyncBuffer
 		cmd.Stderr = &stderr
 		stdoutPipe, err := cmd.StdoutPipe()
 		if err != nil {
@@ -180,25 +179,4 @@ func TestStartupOutputHidesSecrets(t *testing.T) {
 		assertNoSecret(t, "stdout", stdout.String(), secrets...)
 		assertNoSecret(t, "stderr", stderr.String(), secrets...)
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe to write from the command's copying goroutine while the
-// test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-var _ io.Writer = (*syncBuffer)(nil)
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

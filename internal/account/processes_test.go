@@ -1,7 +1,6 @@
 package account_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -92,7 +91,7 @@ func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg
 		"ONCEPAY_ADMIN_KEY=" + cfg.AdminKey,
 		"ONCEPAY_SEED_DEMO=" + strconv.FormatBool(cfg.SeedDemo),
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Errorf("start instance %d: %v", node, err)
@@ -155,22 +154,4 @@ func dropRedisKeys(addr, channel string, userID int64) {
 			_ = rdb.Del(ctx, iter.Val()).Err()
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer that the process's output and the test may use at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

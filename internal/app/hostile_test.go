@@ -11,9 +11,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/platform/testenv"
 
 	"github.com/segmentio/kafka-go"
 
@@ -631,7 +632,7 @@ func TestTradeNumbersByteExact(t *testing.T) {
 // any 8-byte piece of it.
 func TestSecretsNeverLeak(t *testing.T) {
 	adminKey, channelSecret := "A"+apptest.RandHex(16), "C"+apptest.RandHex(16)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	previous := slog.Default()
 	s := apptest.StartHTTPOnly(t, func(c *config.Config) { c.AdminKey, c.ChannelSecret = adminKey, channelSecret })
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
@@ -702,22 +703,4 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if !strings.Contains(logs.String(), "http request") {
 		t.Errorf("no request was logged: the capture missed the instance's logs")
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the handlers' goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
