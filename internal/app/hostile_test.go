@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/platform/testenv"
-
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
@@ -24,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
