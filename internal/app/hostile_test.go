@@ -22,9 +22,9 @@ import (
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
