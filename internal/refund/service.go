@@ -17,6 +17,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -49,7 +50,10 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID, id int64, amo
 		return Refund{}, err
 	}
 	var refunded int64
-	err = tx.WithContext(ctx).Model(&Refund{}).Select("COALESCE(SUM(amount), 0)").
+	// A current read (FOR UPDATE on MySQL): under REPEATABLE READ a plain SUM would answer
+	// from this transaction's snapshot, older than the refund that committed while it waited
+	// for the order's lock.
+	err = database.ForUpdate(tx.WithContext(ctx)).Model(&Refund{}).Select("COALESCE(SUM(amount), 0)").
 		Where("order_id = ? AND anomaly_id IS NULL AND status <> ?", o.ID, Failed).Scan(&refunded).Error
 	if err != nil {
 		return Refund{}, err
@@ -177,14 +181,35 @@ func (s *Service) Apply(ctx context.Context, tx *gorm.DB, n Notification) (Resul
 	if r.Amount != n.Amount {
 		return "", ErrAmountMismatch.Withf("refund %d is %d, the channel reported %d", r.ID, r.Amount, n.Amount)
 	}
+	completes := to == Succeeded && r.AnomalyID == nil
+	if completes {
+		// Two partial refunds of one order that succeed at the same moment must not each
+		// count only themselves and leave the order PAID (write skew, found by the chaos
+		// run): the order's row is locked before the refund moves, so the two notifications
+		// take turns, and completeOrder's sum is a current read that sees the other's commit.
+		if err := s.lockOrder(ctx, tx, r.OrderID); err != nil {
+			return "", err
+		}
+	}
 	moved, err := s.transition(ctx, tx, r.ID, to, map[string]any{"refund_no": n.RefundNo})
 	if err != nil || !moved {
 		return Already, err
 	}
-	if to != Succeeded || r.AnomalyID != nil {
+	if !completes {
 		return Applied, nil
 	}
 	return Applied, s.completeOrder(ctx, tx, r.OrderID)
+}
+
+// lockOrder takes the row lock of order id in tx (a no-op read on SQLite, whose write
+// transactions are serialized already).
+func (s *Service) lockOrder(ctx context.Context, tx *gorm.DB, id int64) error {
+	var locked struct{ ID int64 }
+	err := database.ForUpdate(tx.WithContext(ctx)).Model(&order.Order{}).Select("id").Where("id = ?", id).Take(&locked).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return order.ErrNotFound
+	}
+	return err
 }
 
 // completeOrder moves the order to REFUNDED once its SUCCEEDED refunds reach its amount.
@@ -194,7 +219,10 @@ func (s *Service) completeOrder(ctx context.Context, tx *gorm.DB, orderID int64)
 		return err
 	}
 	var refunded int64
-	err = tx.WithContext(ctx).Model(&Refund{}).Select("COALESCE(SUM(amount), 0)").
+	// A current read (FOR UPDATE on MySQL): under REPEATABLE READ a plain SUM would answer
+	// from this transaction's snapshot, older than the refund that committed while it waited
+	// for the order's lock.
+	err = database.ForUpdate(tx.WithContext(ctx)).Model(&Refund{}).Select("COALESCE(SUM(amount), 0)").
 		Where("order_id = ? AND anomaly_id IS NULL AND status = ?", orderID, Succeeded).Scan(&refunded).Error
 	if err != nil || refunded < o.Amount {
 		return err
