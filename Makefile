@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 PKGS  := ./...
 
-.PHONY: run test build migrate lint fmt-check tidy-check vet staticcheck compose-up drill bench
+.PHONY: run test build migrate lint fmt-check tidy-check vet staticcheck compose-up drill bench chaos chaos-short
 
 ## run: build and start the server on :8080 with every dependency embedded.
 run: build
@@ -46,6 +46,20 @@ drill: build
 ## (set ONCEPAY_TEST_MYSQL_DSN and ONCEPAY_TEST_REDIS_ADDR; see bench/README.md).
 bench:
 	cd bench && $(GO) run . -runs 3
+
+## chaos: the full chaos run: a private MariaDB, Redis, Kafka, the channel simulator and three
+## oncepay processes under kill -9, SIGSTOP, Redis and MariaDB crashes; ≥ 10,000 deliveries, then a
+## history checker. Needs mariadbd, mariadb-install-db, redis-server and redis-cli on PATH. Output in
+## chaos-out/ (history.jsonl, summary.json, report.html); exit 1 on any violation. See docs/chaos.md.
+## CHAOS_FLAGS=-redis-cluster runs Redis as a local three-node cluster.
+chaos: build
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/chaos ./cmd/chaos
+	./bin/chaos -mode full $(CHAOS_FLAGS)
+
+## chaos-short: the same in under 3 minutes (≥ 1,000 deliveries, every fault once); CI runs it.
+chaos-short: build
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/chaos ./cmd/chaos
+	./bin/chaos -mode short $(CHAOS_FLAGS)
 
 ## compose-up: MySQL 8, Redis 7, Kafka (KRaft) and the app, wired by env vars.
 compose-up:

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sync"
@@ -86,6 +87,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	o := options{mode: md, out: *out, bin: *bin, cluster: *cluster, keep: *keep}
 	if o.out == "" {
 		o.out = filepath.Join("chaos-out", md.name+"-"+time.Now().UTC().Format("20060102-150405"))
+	}
+	for _, tool := range []string{"mariadb-install-db", "mariadbd", "redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return options{}, fmt.Errorf("%s is not on PATH: the chaos run starts private MariaDB and Redis servers (Debian: apt-get install mariadb-server redis-server)", tool)
+		}
 	}
 	if _, err := os.Stat(o.bin); err != nil {
 		return options{}, fmt.Errorf("the oncepay binary %s: %w (run make build first)", o.bin, err)
@@ -156,6 +162,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	wl := newWorkload(w, h)
 	defer wl.kafka.Close()
 	f := &faulter{w: w, h: h, wl: wl, lockTTL: lockTTL, every: opts.mode.faultEvery, counts: map[string]int{}}
+
+	// A standing fault: the last instance sleeps past the lock's TTL inside every payment it
+	// applies, so only the watchdog's renewals keep its lease.
+	f.counts["slow_payments"] = 1
+	h.add(&event{Kind: kindFault, Op: "slow_payments", Detail: fmt.Sprintf("oncepay-3 holds every payment's lock %s, past the lock TTL %s, for the whole run", lockTTL+time.Second, lockTTL)})
 
 	start := time.Now()
 	traffic, stopTraffic := context.WithCancel(ctx)

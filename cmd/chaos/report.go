@@ -59,6 +59,9 @@ func writeReport(path string, s summary, events []*event) error {
 			}
 		}
 	}
+	for _, i := range open { // a standing fault, or one the run ended in: to the end
+		bands[i].To = float64(len(buckets))
+	}
 	const width, height, barTop = 1100, 160, 40
 	peak := 1
 	for _, b := range buckets {
