@@ -72,7 +72,7 @@ var userWrites = []string{"order", "pay", "cancel", "refund", "recharge"}
 // run performs every check.
 func (c *checker) run(ctx context.Context) error {
 	steps := []func(context.Context) error{
-		c.checkReplays, c.checkRecords, c.checkOrders, c.checkPayments, c.checkStock,
+		c.checkReplays, c.checkRecords, c.checkOrders, c.checkRefundRows, c.checkRecharges, c.checkPayments, c.checkStock,
 		c.checkBalances, c.checkRefunds, c.checkLeases, c.checkOutbox,
 	}
 	for _, step := range steps {
@@ -186,32 +186,50 @@ func (c *checker) checkRecords(ctx context.Context) error {
 	return nil
 }
 
-// checkOrders: every order row was made by exactly one order key (no effect without its
-// key's record, no key with two orders), and every order a client was told of exists.
+// checkOrders, checkRefundRows and checkRecharges: every row a keyed write creates was made
+// by exactly one key (no effect without its key's record, no key with two effects), and every
+// row a client was told of exists.
 func (c *checker) checkOrders(ctx context.Context) error {
+	return c.checkMadeOnce(ctx, "orders_exactly_once", "order", "order_id", `SELECT CAST(id AS CHAR) FROM orders`)
+}
+
+func (c *checker) checkRefundRows(ctx context.Context) error {
+	// Refunds of anomalies are opened by resume-refunds, not by a key.
+	return c.checkMadeOnce(ctx, "refunds_exactly_once", "refund", "refund_id", `SELECT CAST(id AS CHAR) FROM refunds WHERE anomaly_id IS NULL`)
+}
+
+func (c *checker) checkRecharges(ctx context.Context) error {
+	return c.checkMadeOnce(ctx, "recharges_exactly_once", "recharge", "recharge_id", `SELECT CAST(id AS CHAR) FROM recharges`)
+}
+
+// checkMadeOnce holds the rows query lists to the stored 201 answers of op's keys, which
+// name each row by the JSON field idField.
+func (c *checker) checkMadeOnce(ctx context.Context, name, op, idField, query string) error {
 	recs, err := c.records(ctx)
 	if err != nil {
 		return err
 	}
-	orderKeys := map[[2]string]bool{}
+	keys := map[[2]string]bool{}
 	for _, e := range c.events {
-		if e.Kind == kindHTTP && e.Op == "order" {
-			orderKeys[[2]string{e.User, e.Key}] = true
+		if e.Kind == kindHTTP && e.Op == op {
+			keys[[2]string{e.User, e.Key}] = true
 		}
 	}
 	named := map[string][]string{}
-	for k := range orderKeys {
+	for k := range keys {
 		r, ok := recs[k]
 		if !ok || r.status != http.StatusCreated {
 			continue
 		}
-		var o orderRef
-		if err := json.Unmarshal([]byte(r.body), &o); err != nil || o.ID == "" {
+		var body map[string]any
+		if err := json.Unmarshal([]byte(r.body), &body); err != nil {
 			continue
 		}
-		named[o.ID] = append(named[o.ID], k[1])
+		if id, _ := body[idField].(string); id != "" {
+			named[id] = append(named[id], k[1])
+		}
 	}
-	ids, err := c.column(ctx, `SELECT CAST(id AS CHAR) FROM orders`)
+	ids, err := c.column(ctx, query)
 	if err != nil {
 		return err
 	}
@@ -222,17 +240,17 @@ func (c *checker) checkOrders(ctx context.Context) error {
 		switch keys := named[id]; len(keys) {
 		case 1:
 		case 0:
-			vs = append(vs, "order "+id+" exists but no order key's record names it (an effect outside the guard)")
+			vs = append(vs, fmt.Sprintf("%s %s exists but no %s key's record names it (an effect outside the guard)", op, id, op))
 		default:
-			vs = append(vs, fmt.Sprintf("order %s is named by %d keys %v", id, len(keys), keys))
+			vs = append(vs, fmt.Sprintf("%s %s is named by %d keys %v", op, id, len(keys), keys))
 		}
 	}
 	for id := range named {
 		if !inDB[id] {
-			vs = append(vs, "order "+id+" was acknowledged but is not in the database")
+			vs = append(vs, fmt.Sprintf("%s %s was acknowledged but is not in the database", op, id))
 		}
 	}
-	c.add("orders_exactly_once", "each order key made at most one order; each acknowledged order exists", len(ids), vs)
+	c.add(name, fmt.Sprintf("each %s key made at most one %s; each acknowledged %s exists", op, op, op), len(ids), vs)
 	return nil
 }
 
