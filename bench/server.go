@@ -114,7 +114,7 @@ func (e *env) oncepayConfig(ctx context.Context) (config.Config, error) {
 	e.defer1(func() { _ = os.RemoveAll(dataDir) })
 	cfg.MySQLDSN = dsn.FormatDSN()
 	cfg.EmbeddedChannelAddr = "127.0.0.1:0" // a channel simulator of its own, on a free port
-	cfg.RedisAddr = e.redisAddr
+	cfg.RedisAddrs = []string{e.redisAddr}
 	cfg.KafkaBrokers = nil
 	cfg.EmbeddedKafkaAddr = "127.0.0.1:0"
 	cfg.DataDir = dataDir

@@ -281,9 +281,8 @@ func newStrategyEnv(tb testing.TB) *strategyEnv {
 	testenv.RequireMySQL(tb)
 	db, dsn := testenv.DBWithDSN(tb)
 	rc := testenv.Redis(tb)
-	opts := rc.Client.Options()
 	gen, _ := ids.New(999)
-	return &strategyEnv{pools: [2]*gorm.DB{db, apptest.OpenPool(tb, db, dsn)}, redisAddr: opts.Addr, redisDB: opts.DB, gen: gen}
+	return &strategyEnv{pools: [2]*gorm.DB{db, apptest.OpenPool(tb, db, dsn)}, redisAddr: rc.Addrs()[0], redisDB: rc.DB(), gen: gen}
 }
 
 // newRecharges inserts n PENDING recharges of amount, each on an account of its own with

@@ -119,10 +119,11 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		}
 	}
 
-	// Redis: external or embedded, on the configured logical database.
+	// Redis: one server on the configured logical database, a Redis Cluster when
+	// ONCEPAY_REDIS_ADDR lists several nodes, or embedded.
 	a.Redis = deps.Redis
 	if a.Redis == nil {
-		if a.Redis, err = redisx.Open(cfg.RedisAddr, cfg.EmbeddedRedisAddr, cfg.RedisDB); err != nil {
+		if a.Redis, err = redisx.Open(cfg.RedisAddrs, cfg.EmbeddedRedisAddr, cfg.RedisDB); err != nil {
 			return nil, err
 		}
 		a.closers = append(a.closers, a.Redis.Close)

@@ -374,8 +374,8 @@ func TestReadyzWithRedisDown(t *testing.T) {
 // closed afterwards. The in-flight request is a /readyz whose Redis PING a proxy holds back.
 func TestGracefulShutdown(t *testing.T) {
 	d := apptest.NewDeps(t)
-	proxy := newSlowProxy(t, d.Redis.Client.Options().Addr)
-	d.Redis = &redisx.Conn{Client: redisx.NewClient(proxy.addr, d.Redis.Client.Options().DB)}
+	proxy := newSlowProxy(t, d.Redis.Addrs()[0])
+	d.Redis = &redisx.Conn{Client: redisx.NewClient(proxy.addr, d.Redis.DB())}
 	t.Cleanup(func() { _ = d.Redis.Client.Close() })
 	r := run(t, newApp(t, d))
 	waitReady(t, r.url)

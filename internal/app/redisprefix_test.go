@@ -22,7 +22,7 @@ import (
 // "oncepay:"), each deployment wrote some, and nothing of theirs landed in database 0.
 func TestRedisPrefixAndDB(t *testing.T) {
 	shared := testenv.Redis(t)
-	addr, db := shared.Client.Options().Addr, shared.Client.Options().DB
+	addr, db := shared.Addrs()[0], shared.DB()
 	if shared.Embedded != nil {
 		db = 7 // a private miniredis: any database but 0 shows the setting is used
 	}
@@ -38,7 +38,7 @@ func TestRedisPrefixAndDB(t *testing.T) {
 	prefixes := []string{"shop-a-" + run + ":", "shop-b-" + run + ":"}
 	for _, prefix := range prefixes {
 		s := startOwnRedis(t, func(c *config.Config) {
-			c.RedisAddr, c.RedisDB, c.RedisPrefix = addr, db, prefix
+			c.RedisAddrs, c.RedisDB, c.RedisPrefix = []string{addr}, db, prefix
 		})
 		s.Token(t, apptest.AliceKey)
 		s.CreateOrder(t, apptest.AliceKey, "order-1", apptest.Item{SKU: "SKU-1002", Quantity: 1})

@@ -47,11 +47,15 @@ type Config struct {
 	MySQLDSN string
 	// DataDir is where embedded state (the SQLite file) lives.
 	DataDir string
-	// RedisAddr is host:port of Redis; empty means an embedded Redis on EmbeddedRedisAddr.
-	RedisAddr string
+	// RedisAddrs are the host:port addresses of ONCEPAY_REDIS_ADDR, a comma list: one is a
+	// single Redis server, several are the seed nodes of a Redis Cluster (any of its nodes;
+	// the client learns the rest from them). Empty means an embedded Redis on
+	// EmbeddedRedisAddr.
+	RedisAddrs []string
 	// EmbeddedRedisAddr is where the embedded Redis listens when RedisAddr is empty.
 	EmbeddedRedisAddr string
-	// RedisDB is the Redis logical database, 0..15.
+	// RedisDB is the Redis logical database, 0..15; it must be 0 with a Redis Cluster, which
+	// has no other.
 	RedisDB int
 	// RedisPrefix starts every Redis key oncepay writes, so that several deployments can
 	// share one Redis. It holds no '{' or '}': the hash tag that keeps the keys of one
@@ -124,7 +128,11 @@ func (c Config) EmbeddedChannel() bool { return c.ChannelURL == "" }
 func (c Config) EmbeddedDB() bool { return c.MySQLDSN == "" }
 
 // EmbeddedRedis reports whether Redis runs in process.
-func (c Config) EmbeddedRedis() bool { return c.RedisAddr == "" }
+func (c Config) EmbeddedRedis() bool { return len(c.RedisAddrs) == 0 }
+
+// RedisCluster reports whether Redis is a Redis Cluster: ONCEPAY_REDIS_ADDR lists several
+// addresses.
+func (c Config) RedisCluster() bool { return len(c.RedisAddrs) > 1 }
 
 // EmbeddedKafka reports whether Kafka runs in process.
 func (c Config) EmbeddedKafka() bool { return len(c.KafkaBrokers) == 0 }
@@ -171,7 +179,11 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	c.HTTPAddr = get("ONCEPAY_HTTP_ADDR", ":8080")
 	c.MySQLDSN = get("ONCEPAY_MYSQL_DSN", "")
 	c.DataDir = get("ONCEPAY_DATA_DIR", "./data")
-	c.RedisAddr = get("ONCEPAY_REDIS_ADDR", "")
+	redisAddrs, err := ParseRedisAddrs(get("ONCEPAY_REDIS_ADDR", ""))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.RedisAddrs = redisAddrs
 	c.EmbeddedRedisAddr = get("ONCEPAY_EMBEDDED_REDIS_ADDR", "127.0.0.1:16379")
 	rawDB := get("ONCEPAY_REDIS_DB", "0")
 	redisDB, err := strconv.Atoi(rawDB)
@@ -235,6 +247,9 @@ func (c Config) validate() []error {
 	if c.RedisDB < 0 || c.RedisDB > 15 {
 		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_DB=%d is out of range: use a Redis logical database in 0..15 (default 0)", c.RedisDB))
 	}
+	if c.RedisCluster() && c.RedisDB != 0 {
+		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_DB=%d with %d addresses in ONCEPAY_REDIS_ADDR: a Redis Cluster has only database 0; set ONCEPAY_REDIS_DB=0 and keep deployments apart with ONCEPAY_REDIS_PREFIX", c.RedisDB, len(c.RedisAddrs)))
+	}
 	if strings.ContainsAny(c.RedisPrefix, "{}") {
 		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_PREFIX=%q contains '{' or '}': the Redis Cluster hash tag is added after the prefix; remove the braces", c.RedisPrefix))
 	}
@@ -294,7 +309,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("mysql_dsn", maskDSN(c.MySQLDSN)),
 		slog.String("data_dir", c.DataDir),
-		slog.String("redis_addr", orEmbedded(c.RedisAddr, c.EmbeddedRedisAddr)),
+		slog.String("redis_addr", orEmbedded(strings.Join(c.RedisAddrs, ","), c.EmbeddedRedisAddr)),
 		slog.Int("redis_db", c.RedisDB),
 		slog.String("redis_prefix", c.RedisPrefix),
 		slog.String("kafka_brokers", orEmbedded(strings.Join(c.KafkaBrokers, ","), c.EmbeddedKafkaAddr)),
@@ -345,6 +360,35 @@ func defaultPublicURL(addr string) string {
 		host = "localhost"
 	}
 	return "http://" + net.JoinHostPort(host, port)
+}
+
+// ParseRedisAddrs parses ONCEPAY_REDIS_ADDR: "" (embedded Redis), one host:port (a Redis
+// server) or a comma list of them (the seed nodes of a Redis Cluster). Spaces around an
+// element are trimmed; an empty element, an element that is not host:port and an address
+// listed twice are errors, because each is a typo that would otherwise change which kind of
+// client oncepay opens.
+func ParseRedisAddrs(raw string) ([]string, error) {
+	if strings.TrimSpace(raw) == "" {
+		return nil, nil
+	}
+	var addrs []string
+	seen := map[string]bool{}
+	for i, a := range strings.Split(raw, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			return nil, fmt.Errorf("ONCEPAY_REDIS_ADDR=%q has an empty element at position %d: use host:port, or host:port,host:port,... for a Redis Cluster", raw, i+1)
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" {
+			return nil, fmt.Errorf("ONCEPAY_REDIS_ADDR element %q is not host:port: use such as redis:6379", a)
+		}
+		if seen[a] {
+			return nil, fmt.Errorf("ONCEPAY_REDIS_ADDR lists %q twice: list each Redis Cluster node once", a)
+		}
+		seen[a] = true
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
 }
 
 // httpURL reports whether s is an absolute http or https URL with a host.

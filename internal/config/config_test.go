@@ -42,7 +42,7 @@ func defaults() config.Config {
 		HTTPAddr:            ":8080",
 		MySQLDSN:            "",
 		DataDir:             "./data",
-		RedisAddr:           "",
+		RedisAddrs:          nil,
 		EmbeddedRedisAddr:   "127.0.0.1:16379",
 		RedisDB:             0,
 		RedisPrefix:         "oncepay:",
@@ -113,7 +113,7 @@ var everyVariableParsed = config.Config{
 	HTTPAddr:             "127.0.0.1:9090",
 	MySQLDSN:             "app:pw@tcp(db:3306)/oncepay?parseTime=true",
 	DataDir:              "/var/lib/oncepay",
-	RedisAddr:            "redis:6379",
+	RedisAddrs:           []string{"redis:6379"},
 	EmbeddedRedisAddr:    "127.0.0.1:26379",
 	RedisDB:              15,
 	RedisPrefix:          "shop-eu:oncepay:",
@@ -183,6 +183,24 @@ func TestLoadFromValid(t *testing.T) {
 			want: func() config.Config {
 				c := defaults()
 				c.RedisDB, c.RedisPrefix = 15, strings.Repeat("p", 64)
+				return c
+			}(),
+		},
+		{
+			name: "redis cluster: a comma list, spaces trimmed, database 0",
+			vars: map[string]string{"ONCEPAY_REDIS_ADDR": " 10.0.0.1:7000 ,10.0.0.2:7001,  [::1]:7002 ", "ONCEPAY_REDIS_DB": "0"},
+			want: func() config.Config {
+				c := defaults()
+				c.RedisAddrs = []string{"10.0.0.1:7000", "10.0.0.2:7001", "[::1]:7002"}
+				return c
+			}(),
+		},
+		{
+			name: "one redis address keeps its logical database",
+			vars: map[string]string{"ONCEPAY_REDIS_ADDR": " redis:6379 ", "ONCEPAY_REDIS_DB": "3"},
+			want: func() config.Config {
+				c := defaults()
+				c.RedisAddrs, c.RedisDB = []string{"redis:6379"}, 3
 				return c
 			}(),
 		},
@@ -358,6 +376,31 @@ func TestLoadFromInvalid(t *testing.T) {
 			name:  "redis db below range",
 			vars:  map[string]string{"ONCEPAY_REDIS_DB": "-1"},
 			lines: [][]string{{"ONCEPAY_REDIS_DB=-1", "0..15"}},
+		},
+		{
+			name:  "redis address list with an empty element",
+			vars:  map[string]string{"ONCEPAY_REDIS_ADDR": "a:7000,,b:7001"},
+			lines: [][]string{{"ONCEPAY_REDIS_ADDR", "empty element at position 2", "host:port,host:port"}},
+		},
+		{
+			name:  "redis address list with a trailing comma",
+			vars:  map[string]string{"ONCEPAY_REDIS_ADDR": "a:7000, b:7001 , "},
+			lines: [][]string{{"ONCEPAY_REDIS_ADDR", "empty element at position 3"}},
+		},
+		{
+			name:  "redis address without a port",
+			vars:  map[string]string{"ONCEPAY_REDIS_ADDR": "a:7000,redis"},
+			lines: [][]string{{"ONCEPAY_REDIS_ADDR", `"redis"`, "not host:port"}},
+		},
+		{
+			name:  "redis address listed twice",
+			vars:  map[string]string{"ONCEPAY_REDIS_ADDR": "a:7000,b:7001,a:7000"},
+			lines: [][]string{{"ONCEPAY_REDIS_ADDR", `"a:7000" twice`}},
+		},
+		{
+			name:  "redis cluster on a database other than 0",
+			vars:  map[string]string{"ONCEPAY_REDIS_ADDR": "a:7000,b:7001,c:7002", "ONCEPAY_REDIS_DB": "2"},
+			lines: [][]string{{"ONCEPAY_REDIS_DB=2", "3 addresses", "only database 0", "ONCEPAY_REDIS_PREFIX"}},
 		},
 		{
 			name:  "redis prefix with a hash tag",

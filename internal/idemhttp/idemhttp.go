@@ -62,6 +62,9 @@ var statusOf = map[string]int{
 // AsAppErr turns a refusal of the guard into the client-facing error with its status; any
 // other error is returned as it is.
 func AsAppErr(err error) error {
+	if errors.Is(err, idempotent.ErrLockLost) {
+		return errLockLost
+	}
 	var e *idempotent.Error
 	if errors.As(err, &e) {
 		if status, ok := statusOf[e.Code]; ok {
@@ -70,6 +73,12 @@ func AsAppErr(err error) error {
 	}
 	return err
 }
+
+// errLockLost answers a work the guard cancelled because its lease could not be renewed
+// (I4, I10): Redis restarted or stopped answering while the work ran. The work's transaction
+// rolled back and nothing is stored, so the client's retry with the same key runs again — a
+// 503 to retry, not a 500 (found by the chaos run: a Redis restart under slow payments).
+var errLockLost = apperr.ErrUnavailable.Withf("the request lost its idempotency lock (Redis) before it could finish; nothing was applied; retry with the same key")
 
 // UserKey reads the Idempotency-Key header of an authenticated user's request, scoped to
 // that user so that two users' keys never collide.
@@ -193,7 +202,9 @@ func JSON(status int, v any, header ...string) idempotent.Response {
 }
 
 // Write sends the answer of Guard.Do: the stored or fresh response with its outcome, or the
-// refusal as a problem response.
+// refusal as a problem response. Every 503 carries Retry-After — a refusal's through
+// web.WriteError, a response the work answered with 503 here — and so does a 409
+// idempotency_key_in_use.
 func Write(w http.ResponseWriter, r *http.Request, res idempotent.Result, err error) {
 	h := w.Header()
 	if err != nil {
@@ -219,6 +230,11 @@ func Write(w http.ResponseWriter, r *http.Request, res idempotent.Result, err er
 		h.Set(HeaderOutcome, outcome)
 	default:
 		h.Set(HeaderOutcome, string(res.Outcome))
+	}
+	if res.Response.Status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
+		// A work that answered 503 itself (nothing is stored for it) tells the client when
+		// to retry, like every other 503 (issue: 503 not 500).
+		h.Set("Retry-After", web.RetryAfterUnavailable)
 	}
 	w.WriteHeader(res.Response.Status)
 	_, _ = w.Write(res.Response.Body)

@@ -179,7 +179,7 @@ func (h *things) cancel(w http.ResponseWriter, r *http.Request) {
 // served by an httptest.Server on a fresh database and Redis.
 type httpEnv struct {
 	db     *gorm.DB
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	guard  *idempotent.Guard
 	things *things
 	srv    *httptest.Server

@@ -11,3 +11,6 @@ func (g *Guard) LeaseKey(k Key) string { return g.leaseKey(k) }
 
 // TokenKey exposes the Redis key of a one-time token, so that tests can expire it.
 func (g *Guard) TokenKey(token string) string { return g.tokenKey(token) }
+
+// LogKey exposes the Redis key of the attempt log of k.
+func (g *Guard) LogKey(k Key) string { return g.logKey(k) }

@@ -41,7 +41,9 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // env is one test's own database (with the side_effects table) and Redis database.
 type env struct {
-	db  *gorm.DB
+	db *gorm.DB
+	// rdb is a plain client: testenv.Redis is one server (TestRoundTrips copies its options).
+	// The cluster tests build their own guard on a cluster client (cluster_test.go).
 	rdb *redis.Client
 }
 
@@ -51,7 +53,7 @@ func newEnv(tb testing.TB) *env {
 	tb.Helper()
 	db := testenv.DB(tb)
 	createSideEffects(tb, db)
-	return &env{db: db, rdb: testenv.Redis(tb).Client}
+	return &env{db: db, rdb: testenv.Redis(tb).Client.(*redis.Client)}
 }
 
 // guard returns a guard on the env's database and Redis with cfg and its own registry.

@@ -41,17 +41,14 @@ func (g *Guard) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 			return total, nil
 		}
 		ids := make([]int64, len(batch))
-		keys := make([]string, 0, 2*len(batch))
 		for i, rec := range batch {
 			ids[i] = rec.ID
-			k := Key{Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey}
-			keys = append(keys, g.cacheKey(k), g.markerKey(k))
 		}
 		res := g.db.WithContext(ctx).Where("id IN ?", ids).Delete(&Record{})
 		if res.Error != nil {
 			return total, res.Error
 		}
-		if err := g.rdb.Del(ctx, keys...).Err(); err != nil {
+		if err := g.forget(ctx, batch); err != nil {
 			slog.WarnContext(ctx, "purge: could not drop replay cache entries", "err", err)
 		}
 		total += res.RowsAffected
@@ -65,4 +62,19 @@ func (g *Guard) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 		case <-time.After(opts.Pause):
 		}
 	}
+}
+
+// forget drops the replay cache entries and consumer markers of the keys of recs. It sends one
+// DEL per key, pipelined, and never one DEL of the whole batch: the keys of different
+// idempotency keys have different hash tags, so on a Redis Cluster a DEL of several of them
+// is refused with CROSSSLOT. The pipeline is one round trip on a single server and one per
+// node on a cluster, where go-redis sends each node its share.
+func (g *Guard) forget(ctx context.Context, recs []Record) error {
+	pipe := g.rdb.Pipeline()
+	for _, rec := range recs {
+		k := Key{Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey}
+		pipe.Del(ctx, g.cacheKey(k), g.markerKey(k))
+	}
+	_, err := pipe.Exec(ctx)
+	return err
 }

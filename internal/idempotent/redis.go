@@ -14,7 +14,9 @@ import (
 )
 
 // The Redis keys of one idempotency key share the hash tag {scope:biz_type:biz_key}, so that
-// they live in one Redis Cluster slot and one Lua script may touch them together.
+// they live in one Redis Cluster slot and one Lua script may touch them together. Every script
+// receives all the keys it touches as KEYS (a key built inside Lua could not be routed by a
+// cluster), and no command names the keys of two idempotency keys (see Guard.forget).
 func (g *Guard) redisKey(k Key, suffix string) string {
 	return g.cfg.KeyPrefix + "idem:{" + k.String() + "}:" + suffix
 }

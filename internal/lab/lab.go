@@ -36,7 +36,7 @@ type Lab struct {
 	db     *gorm.DB
 	ids    *ids.Generator
 	orders *order.Service
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	secret string
 	// prefix starts every Redis key of the lab (ONCEPAY_REDIS_PREFIX + "lab:").
 	prefix string
@@ -54,7 +54,7 @@ type Lab struct {
 
 // New returns the lab on the real database and Redis; every Redis key it writes starts with
 // redisPrefix + "lab:".
-func New(db *gorm.DB, rdb *redis.Client, redisPrefix string, gen *ids.Generator, orders *order.Service, secret string, chaos time.Duration) *Lab {
+func New(db *gorm.DB, rdb redis.UniversalClient, redisPrefix string, gen *ids.Generator, orders *order.Service, secret string, chaos time.Duration) *Lab {
 	l := &Lab{db: db, ids: gen, orders: orders, rdb: rdb, secret: secret, prefix: redisPrefix + "lab:", ChaosDelay: chaos}
 	l.guarded = idemhttp.New(idempotent.New(db, rdb, idempotent.Config{
 		KeyPrefix: l.prefix,
@@ -333,7 +333,7 @@ return 0
 
 // takeFixedLease tries once to take key for lease and returns the value that proves it, or ""
 // when someone else's lease has not run out yet. Nothing renews it: that is the bug.
-func takeFixedLease(ctx context.Context, rdb *redis.Client, key string, lease time.Duration) (string, error) {
+func takeFixedLease(ctx context.Context, rdb redis.UniversalClient, key string, lease time.Duration) (string, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	now := time.Now()
@@ -350,7 +350,7 @@ func takeFixedLease(ctx context.Context, rdb *redis.Client, key string, lease ti
 
 // releaseFixedLease gives key back if value still holds it; a lease that ran out and was taken
 // by a retry stays with the retry.
-func releaseFixedLease(ctx context.Context, rdb *redis.Client, key, value string) {
+func releaseFixedLease(ctx context.Context, rdb redis.UniversalClient, key, value string) {
 	_ = releaseLeaseScript.Run(ctx, rdb, []string{key}, value).Err()
 }
 

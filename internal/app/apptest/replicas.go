@@ -21,11 +21,11 @@ import (
 func Replicas(tb testing.TB, n int, opts ...Option) []*Server {
 	tb.Helper()
 	db, dsn := testenv.DBWithDSN(tb)
-	shared := testenv.Redis(tb).Client.Options()
+	shared := testenv.Redis(tb)
 	cluster := testenv.Kafka(tb)
 	servers := make([]*Server, n)
 	for i := range servers {
-		rdb := redisx.NewClient(shared.Addr, shared.DB)
+		rdb := redisx.NewClient(shared.Addrs()[0], shared.DB())
 		tb.Cleanup(func() { _ = rdb.Close() })
 		deps := app.Deps{DB: OpenPool(tb, db, dsn), Redis: &redisx.Conn{Client: rdb}, Kafka: cluster}
 		node := int64(i + 1)

@@ -33,12 +33,49 @@ var Topics = []string{TopicPaymentNotifications, TopicPaymentNotificationsDLQ, T
 // HeaderRequestID is the message header that carries X-Request-Id across Kafka.
 const HeaderRequestID = "X-Request-Id"
 
+// Partitions is the number of partitions each of oncepay's topics is created with, by the
+// embedded broker and by EnsureTopics on a real cluster. A partition is Kafka's unit of both
+// parallelism and order: the members of a consumer group share the partitions, one member per
+// partition, and each partition is handled in offset order, so that every copy of one trade_no
+// (the key) queues behind the others. Six lets up to six instances consume at once (more
+// instances idle) and divides evenly among two, three or six. A topic that already exists keeps
+// its count: EnsureTopics never changes it, because adding partitions to a keyed topic moves
+// keys to other partitions.
+const Partitions = 6
+
+// The consumer group timings of Reader. They decide how soon the partitions of a member that
+// died without leaving the group (a killed process, a cut network) go to the other members:
+// the coordinator declares it dead SessionTimeout after its last heartbeat, then rebalances,
+// and the survivors learn of the rebalance at their next heartbeat. The messages the dead
+// member had not committed are then redelivered to a survivor about SessionTimeout +
+// HeartbeatInterval after the death (about 7s). A member that stops gracefully sends LeaveGroup
+// instead, and the group rebalances at once.
+const (
+	// SessionTimeout is 6s, Kafka's default group.min.session.timeout.ms: the shortest session a
+	// broker accepts unless it is configured otherwise. Shorter would also take a long pause (a
+	// GC, a saturated host) for a death and rebalance for nothing.
+	SessionTimeout = 6 * time.Second
+	// HeartbeatInterval is well under a third of SessionTimeout, as Kafka advises, so that one
+	// lost heartbeat does not evict a live member; it is also how late a survivor may learn that
+	// a rebalance began.
+	HeartbeatInterval = time.Second
+	// RebalanceTimeout is how long the coordinator waits for every member to rejoin during a
+	// rebalance, so it is the most a member that dies during a rebalance delays the others. A
+	// live kafka-go member rejoins within a heartbeat, without waiting for the message in hand.
+	RebalanceTimeout = 6 * time.Second
+)
+
 // Cluster is a set of broker addresses and, when Kafka is embedded, the broker behind them.
 type Cluster struct {
 	// Brokers are the bootstrap addresses.
 	Brokers []string
 	// Embedded is the in-process broker, or nil when Kafka is external.
 	Embedded *kfake.Cluster
+	// Dial, when set, opens every connection that the Readers and Writers of this Cluster make
+	// to the brokers, instead of a net.Dialer. Tests give each instance its own Cluster with its
+	// own Dial and cut one instance off the brokers with it, as a crash or a partition would:
+	// its connections drop and its LeaveGroup never arrives.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // EmbeddedOptions configures the in-process broker.
@@ -61,9 +98,9 @@ func Open(ctx context.Context, brokers []string, embedded EmbeddedOptions) (*Clu
 		opts := []kfake.Opt{
 			kfake.Ports(port),
 			kfake.NumBrokers(1),
-			kfake.DefaultNumPartitions(3),
+			kfake.DefaultNumPartitions(Partitions),
 			kfake.AllowAutoTopicCreation(),
-			kfake.SeedTopics(3, Topics...),
+			kfake.SeedTopics(Partitions, Topics...),
 		}
 		if embedded.DataDir != "" {
 			opts = append(opts, kfake.DataDir(embedded.DataDir))
@@ -76,7 +113,7 @@ func Open(ctx context.Context, brokers []string, embedded EmbeddedOptions) (*Clu
 		c.Brokers = k.ListenAddrs()
 		return c, nil
 	}
-	if err := c.EnsureTopics(ctx, 3, Topics...); err != nil {
+	if err := c.EnsureTopics(ctx, Partitions, Topics...); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -90,7 +127,8 @@ func portOf(addr string) (int, error) {
 	return strconv.Atoi(p)
 }
 
-// EnsureTopics creates the topics that do not exist yet.
+// EnsureTopics creates the topics that do not exist yet, with partitions partitions each; the
+// partition count of a topic that exists is left as it is.
 func (c *Cluster) EnsureTopics(ctx context.Context, partitions int, topics ...string) error {
 	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 10 * time.Second}
 	req := &kafka.CreateTopicsRequest{}
@@ -119,19 +157,29 @@ func (c *Cluster) Ping(ctx context.Context) error {
 // Writer returns a producer that waits for every in-sync replica and hashes keys to
 // partitions, so that all events of one order stay in order.
 func (c *Cluster) Writer() *kafka.Writer {
-	return &kafka.Writer{
+	w := &kafka.Writer{
 		Addr:                   kafka.TCP(c.Brokers...),
 		Balancer:               &kafka.Hash{},
 		RequiredAcks:           kafka.RequireAll,
 		BatchTimeout:           5 * time.Millisecond,
 		AllowAutoTopicCreation: true,
 	}
+	if c.Dial != nil {
+		w.Transport = &kafka.Transport{Dial: c.Dial}
+	}
+	return w
 }
 
 // Reader returns a consumer-group reader that starts from the earliest offset when the group
-// has no committed offset, and commits only when the caller says so.
+// has no committed offset, commits only when the caller says so, and notices a dead member
+// within the group timings above.
 func (c *Cluster) Reader(group, topic string) *kafka.Reader {
+	var dialer *kafka.Dialer
+	if c.Dial != nil {
+		dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: c.Dial}
+	}
 	return kafka.NewReader(kafka.ReaderConfig{
+		Dialer:            dialer,
 		Brokers:           c.Brokers,
 		GroupID:           group,
 		Topic:             topic,
@@ -140,9 +188,9 @@ func (c *Cluster) Reader(group, topic string) *kafka.Reader {
 		MaxBytes:          10 << 20,
 		MaxWait:           250 * time.Millisecond,
 		CommitInterval:    0,
-		HeartbeatInterval: time.Second,
-		SessionTimeout:    10 * time.Second,
-		RebalanceTimeout:  10 * time.Second,
+		HeartbeatInterval: HeartbeatInterval,
+		SessionTimeout:    SessionTimeout,
+		RebalanceTimeout:  RebalanceTimeout,
 		JoinGroupBackoff:  500 * time.Millisecond,
 	})
 }

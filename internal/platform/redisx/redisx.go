@@ -1,9 +1,11 @@
-// Package redisx connects oncepay to Redis: a real server when an address is configured, an
-// in-process miniredis listening on a TCP port otherwise, so that `make run` needs nothing.
+// Package redisx connects oncepay to Redis: a real server when an address is configured, a
+// Redis Cluster when several are, an in-process miniredis listening on a TCP port otherwise,
+// so that `make run` needs nothing.
 package redisx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,17 +15,32 @@ import (
 
 // Conn is a Redis client and, when Redis is embedded, the server behind it.
 type Conn struct {
-	// Client is the go-redis client every layer uses.
-	Client *redis.Client
+	// Client is the go-redis client every layer uses: a *redis.Client for one address, a
+	// *redis.ClusterClient for several. The layers see only redis.UniversalClient, so that
+	// the same code runs on both; what keeps it correct on a cluster is that every script and
+	// pipeline touches the keys of one hash tag only (see internal/idempotent).
+	Client redis.UniversalClient
 	// Embedded is the in-process server, or nil when Redis is external.
 	Embedded *miniredis.Miniredis
 }
 
-// Open connects to the logical database db (ONCEPAY_REDIS_DB) of addr, or starts an embedded
-// Redis on embeddedAddr when addr is empty and uses its database db.
-func Open(addr, embeddedAddr string, db int) (*Conn, error) {
+// Open connects to Redis at addrs (ONCEPAY_REDIS_ADDR): one address is a plain client on its
+// logical database db (ONCEPAY_REDIS_DB), several are the seed nodes of a Redis Cluster, which
+// has only database 0. With no address it starts an embedded Redis on embeddedAddr and uses
+// its database db.
+func Open(addrs []string, embeddedAddr string, db int) (*Conn, error) {
+	if len(addrs) > 1 {
+		c, err := NewUniversal(addrs, db)
+		if err != nil {
+			return nil, err
+		}
+		return &Conn{Client: c}, nil
+	}
 	c := &Conn{}
-	if addr == "" {
+	addr := ""
+	if len(addrs) == 1 {
+		addr = addrs[0]
+	} else {
 		m := miniredis.NewMiniRedis()
 		// TTLs must run on the wall clock like a real Redis: tokens expire, a dead holder's
 		// lock lapses, cached replays age out.
@@ -38,16 +55,37 @@ func Open(addr, embeddedAddr string, db int) (*Conn, error) {
 	return c, nil
 }
 
-// NewClient returns a client with short timeouts: Redis is a fast path, and when it stalls
-// the idempotency layers must step aside quickly rather than hold a request.
+// NewUniversal returns NewClient for one address and NewClusterClient for several; a cluster
+// with a database other than 0 is an error, because a Redis Cluster has only database 0.
+func NewUniversal(addrs []string, db int) (redis.UniversalClient, error) {
+	switch {
+	case len(addrs) == 0:
+		return nil, errors.New("redis: no address")
+	case len(addrs) == 1:
+		return NewClient(addrs[0], db), nil
+	case db != 0:
+		return nil, fmt.Errorf("redis: database %d on a cluster of %d addresses: a Redis Cluster has only database 0", db, len(addrs))
+	}
+	return NewClusterClient(addrs), nil
+}
+
+// The options every client shares: short timeouts, because Redis is a fast path, and when it
+// stalls the idempotency layers must step aside quickly rather than hold a request.
+const (
+	dialTimeout = 500 * time.Millisecond
+	ioTimeout   = 500 * time.Millisecond
+	poolSize    = 64
+)
+
+// NewClient returns a client of one Redis server with short timeouts and no retries.
 func NewClient(addr string, db int) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:         addr,
 		DB:           db,
-		DialTimeout:  500 * time.Millisecond,
-		ReadTimeout:  500 * time.Millisecond,
-		WriteTimeout: 500 * time.Millisecond,
-		PoolSize:     64,
+		DialTimeout:  dialTimeout,
+		ReadTimeout:  ioTimeout,
+		WriteTimeout: ioTimeout,
+		PoolSize:     poolSize,
 		// No retries: when Redis is down the layers step aside at once (degrade) instead of
 		// paying reconnect backoff on every call.
 		MaxRetries:    -1,
@@ -55,8 +93,61 @@ func NewClient(addr string, db int) *redis.Client {
 	})
 }
 
-// Ping checks that Redis answers.
-func (c *Conn) Ping(ctx context.Context) error { return c.Client.Ping(ctx).Err() }
+// clusterRedirects is how many MOVED or ASK redirects a cluster command follows.
+//
+// go-redis counts redirects apart from retries: MaxRetries (-1 here, as on NewClient) is the
+// per-node client's, while the cluster client's own loop runs up to MaxRedirects+1 attempts,
+// and MaxRedirects -1 would stop it from following any redirect — every command after a slot
+// moved (failover, resharding) would fail. That same loop also retries a network error or a
+// timeout, first on the same node, then after marking it failing; so the bound is a trade:
+// two redirects cover a MOVED followed by an ASK during a slot migration, and a stalled
+// cluster costs at most three timeouts (1.5 s) per command before the layers step aside.
+const clusterRedirects = 2
+
+// NewClusterClient returns a Redis Cluster client seeded with addrs, with the short timeouts
+// of NewClient on every node; it follows MOVED and ASK redirects (see clusterRedirects).
+func NewClusterClient(addrs []string) *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:         addrs,
+		DialTimeout:   dialTimeout,
+		ReadTimeout:   ioTimeout,
+		WriteTimeout:  ioTimeout,
+		PoolSize:      poolSize, // per node
+		MaxRetries:    -1,
+		DialerRetries: 1,
+		MaxRedirects:  clusterRedirects,
+	})
+}
+
+// Addrs returns the addresses c's client was opened with: one, or a cluster's seed nodes.
+func (c *Conn) Addrs() []string {
+	switch cl := c.Client.(type) {
+	case *redis.Client:
+		return []string{cl.Options().Addr}
+	case *redis.ClusterClient:
+		return append([]string(nil), cl.Options().Addrs...)
+	}
+	return nil
+}
+
+// DB returns the logical database c's client uses; always 0 on a cluster.
+func (c *Conn) DB() int {
+	if cl, ok := c.Client.(*redis.Client); ok {
+		return cl.Options().DB
+	}
+	return 0
+}
+
+// Ping checks that Redis answers: on a cluster, every master, because each one holds a share
+// of the keys and a request may need any of them.
+func (c *Conn) Ping(ctx context.Context) error {
+	if cl, ok := c.Client.(*redis.ClusterClient); ok {
+		return cl.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return node.Ping(ctx).Err()
+		})
+	}
+	return c.Client.Ping(ctx).Err()
+}
 
 // Close closes the client and stops the embedded server, if any.
 func (c *Conn) Close() error {

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -59,7 +60,8 @@ func RequireUser(a Authenticator) func(http.Handler) http.Handler {
 }
 
 // RequireAdmin lets through only requests bearing the admin key. A valid user key gets
-// 403 forbidden; a missing or unknown key gets 401 unauthorized.
+// 403 forbidden; a missing or unknown key gets 401 unauthorized; a key that cannot be checked
+// (the database is down) gets the error of the check, 503 unavailable.
 func RequireAdmin(adminKey string, users Authenticator) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -69,8 +71,15 @@ func RequireAdmin(adminKey string, users Authenticator) func(http.Handler) http.
 				return
 			}
 			if key != "" {
-				if _, err := users.Authenticate(r.Context(), key); err == nil {
+				_, err := users.Authenticate(r.Context(), key)
+				switch {
+				case err == nil:
 					WriteError(w, r, apperr.ErrForbidden.Withf("admin routes need the admin key"))
+					return
+				case !errors.Is(err, apperr.ErrUnauthorized):
+					// The key could not be checked (the database is down): 503, not a 401
+					// that would tell a user their valid key is unknown (issue: 503 not 500).
+					WriteError(w, r, err)
 					return
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 )
 
@@ -25,8 +26,9 @@ type Problem struct {
 }
 
 // ProblemFor returns the problem document for err answering r. It is the one place where
-// errors become HTTP: an *apperr.Error keeps its status and code; anything else is a 500
-// that reveals nothing.
+// errors become HTTP: an *apperr.Error keeps its status and code; a deadline, a cancellation
+// or a database that cannot be reached is 503 unavailable; anything else is a 500 that
+// reveals nothing.
 func ProblemFor(r *http.Request, err error) Problem {
 	p := ProblemOf(err)
 	p.Instance = r.URL.Path
@@ -39,9 +41,15 @@ func ProblemFor(r *http.Request, err error) Problem {
 func ProblemOf(err error) Problem {
 	e, ok := apperr.As(err)
 	if !ok {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 			e = apperr.ErrUnavailable
-		} else {
+		case database.IsUnavailable(err):
+			// While the database is down the request failed for the moment, not for a bug,
+			// and nothing of it was stored: 503 with Retry-After, never 500 (issue: 503 not
+			// 500). The detail names no driver error.
+			e = ErrDatabaseUnavailable
+		default:
 			e = apperr.ErrInternal
 		}
 	}
@@ -53,6 +61,15 @@ func ProblemOf(err error) Problem {
 		Detail: e.Detail,
 	}
 }
+
+// ErrDatabaseUnavailable is the answer to a request that needs the database while it cannot
+// be reached: the contract's 503 unavailable, with a detail a client can act on.
+var ErrDatabaseUnavailable = apperr.ErrUnavailable.Withf("the database is unavailable; retry after Retry-After seconds (a write with the same Idempotency-Key: nothing of this attempt was stored)")
+
+// RetryAfterUnavailable is the Retry-After, in seconds, of every 503 answer: long enough for
+// database/sql to reconnect or Redis to come back, short enough that a client's retry lands
+// soon after it has.
+const RetryAfterUnavailable = "2"
 
 // Challenge is the WWW-Authenticate challenge of every 401 answer (RFC 9110 §11.6.1 requires
 // one): the API's keys are bearer tokens.
@@ -81,10 +98,16 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	WriteProblem(w, p)
 }
 
-// WriteProblem writes p with the problem+json media type.
+// WriteProblem writes p with the problem+json media type. Every 503 carries Retry-After
+// (RFC 9110 §10.2.3) unless the caller set one: a dependency is down for the moment, and the
+// client is told when to try again rather than left to guess (issue: 503 not 500).
 func WriteProblem(w http.ResponseWriter, p Problem) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if p.Status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
+		h.Set("Retry-After", RetryAfterUnavailable)
+	}
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
 }

@@ -363,7 +363,8 @@ func TestRequireAdmin(t *testing.T) {
 }
 
 // TestProblemFor checks the one mapping from errors to problems: client errors keep their
-// status, code and detail; anything else is a 500 that reveals nothing.
+// status, code and detail; a deadline or an unreachable database is 503; anything else is a
+// 500 that reveals nothing.
 func TestProblemFor(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -374,7 +375,8 @@ func TestProblemFor(t *testing.T) {
 	}{
 		{"sentinel", apperr.ErrForbidden, 403, "forbidden", apperr.ErrForbidden.Detail},
 		{"wrapped with detail", fmt.Errorf("put: %w", apperr.ErrNotFound.Withf("no such SKU %q", "X")), 404, "not_found", `no such SKU "X"`},
-		{"unexpected", errors.New("dial tcp 10.0.0.5:3306: connection refused"), 500, "internal", apperr.ErrInternal.Detail},
+		{"unexpected", errors.New("Error 1054 (42S22): Unknown column 'x' in 'field list'"), 500, "internal", apperr.ErrInternal.Detail},
+		{"database down", errors.New("dial tcp 10.0.0.5:3306: connection refused"), 503, "unavailable", web.ErrDatabaseUnavailable.Detail},
 		{"deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), 503, "unavailable", apperr.ErrUnavailable.Detail},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,96 @@
+package idemhttp_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/platform/database"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/platform/web"
+)
+
+// TestDatabaseDownIsNotStored runs a write whose database connection breaks (the driver's
+// "invalid connection") through the guard wired as oncepay wires it: the answer is 503
+// unavailable with Retry-After and Idempotency-Outcome failed, the key's outcome is not
+// stored, and the retry with the same key runs the work and answers 201 executed (issue: 503
+// not 500).
+func TestDatabaseDownIsNotStored(t *testing.T) {
+	guard := idempotent.New(testenv.DB(t), testenv.Redis(t).Client, idempotent.Config{
+		Classify: database.Classify,
+		Reject:   idemhttp.StoredProblem,
+	})
+	adapter := idemhttp.New(guard)
+	key := idempotent.Key{Scope: "user:7", BizType: idemhttp.BizType, BizKey: "db-down-" + t.Name()}
+	body := []byte(`{"name":"x"}`)
+	post := func(work idempotent.Work) *http.Response {
+		r := httptest.NewRequest(http.MethodPost, "/v1/things", strings.NewReader(string(body)))
+		r = r.WithContext(web.WithUser(r.Context(), 7))
+		rec := httptest.NewRecorder()
+		_, _ = adapter.Do(rec, r, key, body, work)
+		return rec.Result()
+	}
+
+	runs := 0
+	down := post(func(context.Context, *gorm.DB) (idempotent.Response, error) {
+		runs++
+		return idempotent.Response{}, fmt.Errorf("insert thing: %w", gomysql.ErrInvalidConn)
+	})
+	if down.StatusCode != http.StatusServiceUnavailable || down.Header.Get("Retry-After") == "" {
+		t.Fatalf("database down: %d Retry-After %q, want 503 with Retry-After", down.StatusCode, down.Header.Get("Retry-After"))
+	}
+	if got := down.Header.Get(idemhttp.HeaderOutcome); got != string(idempotent.Failed) {
+		t.Errorf("Idempotency-Outcome %q, want %q", got, idempotent.Failed)
+	}
+	if _, found, err := guard.Lookup(context.Background(), key); err != nil || found {
+		t.Fatalf("after the 503 the key's record: found=%v err=%v, want none", found, err)
+	}
+
+	back := post(func(context.Context, *gorm.DB) (idempotent.Response, error) {
+		runs++
+		return idemhttp.JSON(http.StatusCreated, map[string]string{"name": "x"}), nil
+	})
+	if back.StatusCode != http.StatusCreated || back.Header.Get(idemhttp.HeaderOutcome) != string(idempotent.Executed) || runs != 2 {
+		t.Errorf("database back: %d %s after %d runs, want 201 executed after 2", back.StatusCode, back.Header.Get(idemhttp.HeaderOutcome), runs)
+	}
+}
+
+// TestWriteRetryAfter checks the answers Write sends itself: a response the work answered
+// with 503 (never stored) carries Retry-After, and a 409 in progress keeps its own.
+func TestWriteRetryAfter(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/v1/things", nil)
+	rec := httptest.NewRecorder()
+	idemhttp.Write(rec, r, idempotent.Result{Response: idempotent.Response{Status: http.StatusServiceUnavailable}, Outcome: idempotent.Executed}, nil)
+	if got := rec.Result().Header.Get("Retry-After"); got != web.RetryAfterUnavailable {
+		t.Errorf("503 response: Retry-After %q, want %q", got, web.RetryAfterUnavailable)
+	}
+	rec = httptest.NewRecorder()
+	idemhttp.Write(rec, r, idempotent.Result{Outcome: idempotent.InProgress}, idempotent.ErrKeyInUse)
+	if res := rec.Result(); res.StatusCode != http.StatusConflict || res.Header.Get("Retry-After") != "1" {
+		t.Errorf("in progress: %d Retry-After %q, want 409 with 1", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+}
+
+// TestLockLostIsUnavailable: a work cancelled because its lease could not be renewed (Redis
+// restarted under a slow payment, as the chaos run does) is answered 503 with Retry-After, not
+// 500: the work rolled back and a retry with the same key runs again.
+func TestLockLostIsUnavailable(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/v1/payments/notify", nil)
+	rec := httptest.NewRecorder()
+	idemhttp.Write(rec, r, idempotent.Result{Outcome: idempotent.Failed}, fmt.Errorf("apply: %w", idempotent.ErrLockLost))
+	res := rec.Result()
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("lock lost: %d Retry-After %q, want 503 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if body := rec.Body.String(); !strings.Contains(body, `"code":"unavailable"`) {
+		t.Errorf("lock lost: body %s, want code unavailable", body)
+	}
+}
