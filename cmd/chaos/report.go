@@ -92,11 +92,15 @@ func writeReport(path string, s summary, events []*event) error {
 		b.X = int(b.From) * bw
 		b.W = max(3, int((b.To-b.From)*float64(bw)))
 	}
+	var labels strings.Builder
+	for kind, line := range lines {
+		fmt.Fprintf(&labels, `<text x="%d" y="%d">%s</text>`, len(buckets)*bw+6, barTop+height+14+line*14+9, template.HTMLEscapeString(kind))
+	}
 	checks := append([]checkResult(nil), s.Checks...)
 	sort.SliceStable(checks, func(i, j int) bool { return checks[i].Violations > checks[j].Violations })
 	data := map[string]any{
-		"S": s, "Checks": checks, "Bars": template.HTML(bars.String()), "Bands": bands,
-		"Width": len(buckets) * bw, "Height": barTop + height + 20 + 14*len(lines), "Base": barTop + height + 14,
+		"S": s, "Checks": checks, "Bars": template.HTML(bars.String() + labels.String()), "Bands": bands,
+		"Width": len(buckets)*bw + 140, "Height": barTop + height + 20 + 14*len(lines), "Base": barTop + height + 14,
 		"Pass": len(s.Violations) == 0, "Peak": peak,
 	}
 	f, err := os.Create(path)
@@ -117,7 +121,7 @@ body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1160px;color:
 h1{font-size:22px} .pass{color:#1a7f37} .fail{color:#c62828}
 table{border-collapse:collapse;margin:1em 0} td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f6f6f6} td.n{text-align:right;font-variant-numeric:tabular-nums}
-svg{border:1px solid #eee;background:#fcfcfc}
+svg{border:1px solid #eee;background:#fcfcfc} svg text{font-size:10px;fill:#555}
 rect.ok{fill:#4caf50} rect.refused{fill:#90a4ae} rect.retry{fill:#ffb300} rect.failed{fill:#e53935}
 rect.band{fill:#7e57c2;fill-opacity:.75} .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:-2px}
 code{font-size:12px}
