@@ -110,6 +110,7 @@ type summary struct {
 	Deliveries   int64          `json:"deliveries"`
 	ByOp         map[string]int `json:"deliveries_by_op"`
 	ByStatus     map[string]int `json:"answers_by_status"`
+	ByOutcome    map[string]int `json:"answers_by_idempotency_outcome"`
 	Faults       map[string]int `json:"faults"`
 	Checks       []checkResult  `json:"checks"`
 	Violations   []violation    `json:"violations"`
@@ -346,7 +347,7 @@ func reconcileBills(ctx context.Context, w *world, wl *workload) (bills, error) 
 func summarize(opts options, c *checker, events []*event, faults map[string]int, deliveries int64, secs, settleSecs float64) summary {
 	s := summary{
 		Mode: opts.mode.name, RedisCluster: opts.cluster, Seconds: secs, Deliveries: deliveries, SettleSecs: settleSecs,
-		ByOp: map[string]int{}, ByStatus: map[string]int{}, Faults: faults, Checks: c.results, Violations: c.violations,
+		ByOp: map[string]int{}, ByStatus: map[string]int{}, ByOutcome: map[string]int{}, Faults: faults, Checks: c.results, Violations: c.violations,
 		Orders: map[string]int{},
 	}
 	if s.Violations == nil {
@@ -356,6 +357,9 @@ func summarize(opts options, c *checker, events []*event, faults map[string]int,
 		switch e.Kind {
 		case kindHTTP:
 			s.ByOp[e.Op]++
+			if e.Outcome != "" {
+				s.ByOutcome[e.Outcome]++
+			}
 			switch {
 			case e.Err != "":
 				s.ByStatus["error: "+e.Err]++
@@ -388,6 +392,7 @@ func summarize(opts options, c *checker, events []*event, faults map[string]int,
 func printSummary(w io.Writer, s summary, out string) {
 	fmt.Fprintf(w, "\n%d deliveries in %.0fs (settled in %.0fs); faults: %v\n", s.Deliveries, s.Seconds, s.SettleSecs, s.Faults)
 	fmt.Fprintf(w, "orders by status: %v; channel trades paid: %d; channel refunds: %d\n", s.Orders, s.ChannelPaid, s.Refunds)
+	fmt.Fprintf(w, "answers by Idempotency-Outcome: %v\n", s.ByOutcome)
 	for _, c := range s.Checks {
 		mark := "ok  "
 		if c.Violations > 0 {

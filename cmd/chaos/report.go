@@ -145,6 +145,7 @@ settled in {{printf "%.0f" .S.SettleSecs}} s. Channel trades paid: {{.S.ChannelP
 <h2>Deliveries</h2>
 <table><tr><th>operation</th><th>deliveries</th></tr>{{range $k, $v := .S.ByOp}}<tr><td>{{$k}}</td><td class="n">{{$v}}</td></tr>{{end}}</table>
 <table><tr><th>answer</th><th>count</th></tr>{{range $k, $v := .S.ByStatus}}<tr><td>{{$k}}</td><td class="n">{{$v}}</td></tr>{{end}}</table>
+<table><tr><th>Idempotency-Outcome</th><th>count</th></tr>{{range $k, $v := .S.ByOutcome}}<tr><td>{{$k}}</td><td class="n">{{$v}}</td></tr>{{end}}</table>
 <table><tr><th>orders by status</th><th>count</th></tr>{{range $k, $v := .S.Orders}}<tr><td>{{$k}}</td><td class="n">{{$v}}</td></tr>{{end}}</table>
 {{if .S.Violations}}<h2 class="fail">Violations</h2><table><tr><th>check</th><th>detail</th></tr>
 {{range .S.Violations}}<tr><td>{{.Check}}</td><td><code>{{.Detail}}</code></td></tr>{{end}}</table>{{end}}

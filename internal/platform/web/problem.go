@@ -92,7 +92,12 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	if p.Status == http.StatusUnauthorized && h.Get("WWW-Authenticate") == "" {
 		h.Set("WWW-Authenticate", Challenge)
 	}
-	if p.Status >= 500 {
+	switch {
+	case p.Status == http.StatusServiceUnavailable:
+		// A dependency that is down answers every request 503 until it is back: a warning
+		// each, not an error each (the chaos run's MariaDB kill filled the log with errors).
+		slog.WarnContext(r.Context(), "request refused: unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+	case p.Status >= 500:
 		slog.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
 	}
 	WriteProblem(w, p)
