@@ -44,6 +44,8 @@ type world struct {
 	lbSrv   *http.Server
 	insts   []*instance
 	users   []user
+	// clustered is set once the Redis nodes were joined into a cluster.
+	clustered bool
 
 	// secret and adminKey are fresh for every run: oncepay refuses the dev-* defaults on a
 	// real database.
@@ -191,8 +193,8 @@ type worldOptions struct {
 }
 
 // startWorld starts every part in dependency order. On error it tears down what it started.
-func startWorld(ctx context.Context, opts worldOptions, log *slog.Logger) (w *world, err error) {
-	w = &world{dir: opts.dir, log: log, secret: "chaos-channel-" + randomHex(12), adminKey: "chaos-admin-" + randomHex(12)}
+func startWorld(ctx context.Context, opts worldOptions, log *slog.Logger) (_ *world, err error) {
+	w := &world{dir: opts.dir, log: log, secret: "chaos-channel-" + randomHex(12), adminKey: "chaos-admin-" + randomHex(12)}
 	defer func() {
 		if err != nil {
 			w.close()
@@ -322,7 +324,8 @@ func (w *world) startRedis(ctx context.Context, cluster bool) error {
 		s.ready = func(ctx context.Context) error {
 			c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 			defer c.Close()
-			if !cluster || len(w.redis) < nodes {
+			if !w.clustered {
+				// Before redis-cli joined the nodes (and for a single server), a ping will do.
 				return c.Ping(ctx).Err()
 			}
 			info, err := c.ClusterInfo(ctx).Result()
@@ -350,6 +353,9 @@ func (w *world) startRedis(ctx context.Context, cluster bool) error {
 	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("redis-cli --cluster create: %w\n%s", err, tail(string(out), 2000))
 	}
+	// From now on a node is ready only when it sees the cluster whole: a node restarted by a
+	// fault must have rejoined (from its nodes.conf) before the run goes on.
+	w.clustered = true
 	for _, s := range w.redis {
 		if err := waitFor(ctx, 30*time.Second, s.ready); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
