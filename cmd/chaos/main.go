@@ -216,7 +216,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	}
 	defer db.Close()
 	settleStart := time.Now()
-	if err := settle(ctx, w, wl, db); err != nil {
+	if err := settle(ctx, w, wl, db, stdout); err != nil {
 		fmt.Fprintf(stdout, "settling: %v (checking anyway)\n", err)
 	}
 	settleSecs := time.Since(settleStart).Seconds()
@@ -261,7 +261,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 // faults are off, and oncepay's jobs run until nothing is left in flight — no order waiting
 // for payment, no refund unfinished, no notification the channel still retries, no outbox
 // event unpublished, no Kafka message unconsumed.
-func settle(ctx context.Context, w *world, wl *workload, db *sql.DB) error {
+func settle(ctx context.Context, w *world, wl *workload, db *sql.DB, progress io.Writer) error {
+	start := time.Now()
 	for _, in := range w.insts {
 		in.signal(syscall.SIGCONT)
 		if !in.running() {
@@ -292,7 +293,11 @@ func settle(ctx context.Context, w *world, wl *workload, db *sql.DB) error {
 		if err != nil {
 			lag = -1
 		}
-		last = fmt.Sprintf("%d orders pending payment, %d refunds unfinished, %d notifications retrying, %d outbox events, Kafka lag %d", pending, refunds, notifying, outbox, lag)
+		now := fmt.Sprintf("%d orders pending payment, %d refunds unfinished, %d notifications retrying, %d outbox events, Kafka lag %d", pending, refunds, notifying, outbox, lag)
+		if now != last {
+			fmt.Fprintf(progress, "  settling %3.0fs: %s\n", time.Since(start).Seconds(), now)
+		}
+		last = now
 		if pending == 0 && refunds == 0 && notifying == 0 && outbox == 0 && lag == 0 {
 			// One more lease TTL, so that a lease taken by the last job has lapsed.
 			sleepCtx(ctx, lockTTL+500*time.Millisecond)
