@@ -113,11 +113,13 @@ type summary struct {
 	ByOutcome    map[string]int `json:"answers_by_idempotency_outcome"`
 	Faults       map[string]int `json:"faults"`
 	Checks       []checkResult  `json:"checks"`
-	Violations   []violation    `json:"violations"`
-	Orders       map[string]int `json:"orders_by_status"`
-	ChannelPaid  int            `json:"channel_trades_paid"`
-	Refunds      int            `json:"channel_refunds"`
-	SettleSecs   float64        `json:"settle_seconds"`
+	// Total counts every violation; Violations lists at most maxListed (+1) per check.
+	Total       int            `json:"total_violations"`
+	Violations  []violation    `json:"violations"`
+	Orders      map[string]int `json:"orders_by_status"`
+	ChannelPaid int            `json:"channel_trades_paid"`
+	Refunds     int            `json:"channel_refunds"`
+	SettleSecs  float64        `json:"settle_seconds"`
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
@@ -251,7 +253,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		return 2, err
 	}
 	printSummary(stdout, s, opts.out)
-	if len(s.Violations) > 0 {
+	if s.Total > 0 {
 		return 1, nil
 	}
 	return 0, nil
@@ -358,6 +360,9 @@ func summarize(opts options, c *checker, events []*event, faults map[string]int,
 	if s.Violations == nil {
 		s.Violations = []violation{}
 	}
+	for _, r := range c.results {
+		s.Total += r.Violations
+	}
 	for _, e := range events {
 		switch e.Kind {
 		case kindHTTP:
@@ -408,7 +413,7 @@ func printSummary(w io.Writer, s summary, out string) {
 	for _, v := range s.Violations {
 		fmt.Fprintf(w, "  violation [%s] %s\n", v.Check, v.Detail)
 	}
-	fmt.Fprintf(w, "%d violations; history, summary and report in %s\n", len(s.Violations), out)
+	fmt.Fprintf(w, "%d violations; history, summary and report in %s\n", s.Total, out)
 }
 
 func writeJSON(path string, v any) error {

@@ -101,7 +101,7 @@ func writeReport(path string, s summary, events []*event) error {
 	data := map[string]any{
 		"S": s, "Checks": checks, "Bars": template.HTML(bars.String() + labels.String()), "Bands": bands,
 		"Width": len(buckets)*bw + 140, "Height": barTop + height + 20 + 14*len(lines), "Base": barTop + height + 14,
-		"Pass": len(s.Violations) == 0, "Peak": peak,
+		"Pass": s.Total == 0, "Peak": peak,
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -127,7 +127,7 @@ rect.band{fill:#7e57c2;fill-opacity:.75} .legend span{display:inline-block;width
 code{font-size:12px}
 </style></head><body>
 <h1>oncepay chaos run ({{.S.Mode}}{{if .S.RedisCluster}}, Redis Cluster{{end}}):
-{{if .Pass}}<span class="pass">0 violations</span>{{else}}<span class="fail">{{len .S.Violations}} violations</span>{{end}}</h1>
+{{if .Pass}}<span class="pass">0 violations</span>{{else}}<span class="fail">{{.S.Total}} violations</span>{{end}}</h1>
 <p>{{.S.Deliveries}} deliveries in {{printf "%.0f" .S.Seconds}} s of traffic by 3 oncepay processes on one private MariaDB, Redis and Kafka;
 settled in {{printf "%.0f" .S.SettleSecs}} s. Channel trades paid: {{.S.ChannelPaid}}; channel refunds: {{.S.Refunds}}.</p>
 <table><tr><th>fault</th><th>injected</th></tr>{{range $k, $v := .S.Faults}}<tr><td>{{$k}}</td><td class="n">{{$v}}</td></tr>{{end}}</table>
