@@ -16,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncepay/oncepay/internal/channelsim"
+	"github.com/oncepay/oncepay/internal/payment"
 	okafka "github.com/oncepay/oncepay/internal/platform/kafka"
 )
 
@@ -49,6 +50,10 @@ type checker struct {
 
 	results    []checkResult
 	violations []violation
+
+	// recs and dbOrders are read once, by the first check that needs them.
+	recs     map[[2]string]record
+	dbOrders map[string]dbOrder
 }
 
 // maxListed bounds the violations listed per check; the count stays exact.
@@ -134,8 +139,11 @@ type record struct {
 	body   string
 }
 
-// records reads the stored outcomes of the users' keys.
+// records reads the stored outcomes of the users' keys (once).
 func (c *checker) records(ctx context.Context) (map[[2]string]record, error) {
+	if c.recs != nil {
+		return c.recs, nil
+	}
 	names := map[string]string{}
 	for _, u := range c.users {
 		names["user:"+strconv.FormatInt(u.id, 10)] = u.name
@@ -154,7 +162,11 @@ func (c *checker) records(ctx context.Context) (map[[2]string]record, error) {
 		}
 		out[[2]string{names[scope], key}] = record{status, body}
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	c.recs = out
+	return out, nil
 }
 
 // checkRecords: every acknowledged write has its durable record, and the record holds the
@@ -279,7 +291,11 @@ type dbOrder struct {
 	tradeNo string
 }
 
+// orders reads every order's status, amount and trade (once).
 func (c *checker) orders(ctx context.Context) (map[string]dbOrder, error) {
+	if c.dbOrders != nil {
+		return c.dbOrders, nil
+	}
 	rows, err := c.db.QueryContext(ctx, `SELECT CAST(id AS CHAR), status, amount, COALESCE(trade_no, '') FROM orders`)
 	if err != nil {
 		return nil, err
@@ -294,7 +310,11 @@ func (c *checker) orders(ctx context.Context) (map[string]dbOrder, error) {
 		}
 		out[id] = o
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	c.dbOrders = out
+	return out, nil
 }
 
 // checkPayments: no payment the channel took is lost, none is applied twice, and oncepay's
@@ -613,7 +633,7 @@ func (c *checker) checkOutbox(ctx context.Context) error {
 func (c *checker) checkKafka() {
 	var vs []string
 	if c.kafkaLag != 0 {
-		vs = append(vs, fmt.Sprintf("group %s is %d messages behind", okafkaGroup, c.kafkaLag))
+		vs = append(vs, fmt.Sprintf("group %s is %d messages behind", payment.Group, c.kafkaLag))
 	}
 	if c.dlq != 0 {
 		vs = append(vs, fmt.Sprintf("%d valid notifications went to the DLQ", c.dlq))
@@ -659,9 +679,6 @@ func (c *checker) checkInstances() {
 	c.add("instances_survive", "no process exits unless killed", len(c.exits), vs)
 }
 
-// okafkaGroup is the contract's consumer group of payment notifications.
-const okafkaGroup = "oncepay-payments"
-
 // kafkaBacklog returns how many messages the payment consumer group has not committed yet,
 // and how many messages the DLQ holds.
 func kafkaBacklog(ctx context.Context, brokers []string) (lag, dlq int64, err error) {
@@ -682,7 +699,7 @@ func kafkaBacklog(ctx context.Context, brokers []string) (lag, dlq int64, err er
 	if err != nil {
 		return 0, 0, err
 	}
-	committed, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: okafkaGroup, Topics: map[string][]int{okafka.TopicPaymentNotifications: parts[okafka.TopicPaymentNotifications]}})
+	committed, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: payment.Group, Topics: map[string][]int{okafka.TopicPaymentNotifications: parts[okafka.TopicPaymentNotifications]}})
 	if err != nil {
 		return 0, 0, err
 	}

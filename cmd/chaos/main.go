@@ -21,7 +21,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -139,7 +138,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 			os.RemoveAll(dir)
 		}
 	}()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h, err := newHistory(filepath.Join(opts.out, "history.jsonl"))
 	if err != nil {
 		return 2, err
@@ -151,7 +149,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	w, err := startWorld(ctx, worldOptions{
 		dir: dir, oncepayBin: opts.bin, instances: 3, redisCluster: opts.cluster,
 		lockTTL: lockTTL, orderTTL: 12 * time.Second, slowPayment: lockTTL + time.Second,
-	}, log)
+	})
 	if err != nil {
 		return 2, err
 	}
@@ -279,7 +277,7 @@ func settle(ctx context.Context, w *world, wl *workload, db *sql.DB, progress io
 	var last string
 	for time.Now().Before(deadline) {
 		for _, j := range jobs {
-			wl.deliver(ctx, 1+int(time.Now().UnixNano()%int64(len(w.insts))), call{op: "settle_job", method: http.MethodPost, path: j, bearer: w.adminKey})
+			wl.deliver(ctx, wl.randomInst(), call{op: "settle_job", method: http.MethodPost, path: j, bearer: w.adminKey})
 		}
 		var pending, refunds, outbox int
 		_ = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM orders WHERE status = 'PENDING_PAYMENT'`).Scan(&pending)

@@ -33,7 +33,6 @@ import (
 // touches a server it did not start.
 type world struct {
 	dir     string
-	log     *slog.Logger
 	mariadb *server
 	redis   []*server
 	kafka   *kafka.Cluster
@@ -63,10 +62,9 @@ type server struct {
 	// ready reports whether the restarted process serves; start waits for it.
 	ready func(context.Context) error
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	stopped bool // SIGSTOPped
-	done    chan struct{}
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
 	// exits counts the times the process ended without the chaos run killing it.
 	exits int
 }
@@ -99,7 +97,7 @@ func (s *server) start(ctx context.Context) error {
 		close(done)
 	}()
 	s.mu.Lock()
-	s.cmd, s.stopped, s.done = cmd, false, done
+	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -124,12 +122,6 @@ func (s *server) signal(sig syscall.Signal) bool {
 	defer s.mu.Unlock()
 	if s.cmd == nil || s.cmd.Process == nil {
 		return false
-	}
-	if sig == syscall.SIGSTOP {
-		s.stopped = true
-	}
-	if sig == syscall.SIGCONT {
-		s.stopped = false
 	}
 	return s.cmd.Process.Signal(sig) == nil
 }
@@ -193,8 +185,8 @@ type worldOptions struct {
 }
 
 // startWorld starts every part in dependency order. On error it tears down what it started.
-func startWorld(ctx context.Context, opts worldOptions, log *slog.Logger) (_ *world, err error) {
-	w := &world{dir: opts.dir, log: log, secret: "chaos-channel-" + randomHex(12), adminKey: "chaos-admin-" + randomHex(12)}
+func startWorld(ctx context.Context, opts worldOptions) (_ *world, err error) {
+	w := &world{dir: opts.dir, secret: "chaos-channel-" + randomHex(12), adminKey: "chaos-admin-" + randomHex(12)}
 	defer func() {
 		if err != nil {
 			w.close()
