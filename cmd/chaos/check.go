@@ -386,7 +386,8 @@ func (c *checker) checkPayments(ctx context.Context) error {
 		case anomalies[t.TradeNo] == "paid_after_close":
 			// Recorded for refund; checkRefunds holds the refund to it.
 		default:
-			vs = append(vs, fmt.Sprintf("LOST: the channel took %d for order %s (trade %s) but the order is %s and no anomaly records it", t.Amount, t.OutTradeNo, t.TradeNo, o.status))
+			vs = append(vs, fmt.Sprintf("LOST: the channel took %d for order %s (trade %s) but the order is %s and no anomaly records it; %s",
+				t.Amount, t.OutTradeNo, t.TradeNo, o.status, c.deliveryStory(t.OutTradeNo)))
 		}
 	}
 	for id, p := range pays {
@@ -417,6 +418,29 @@ func (c *checker) checkPayments(ctx context.Context) error {
 	}
 	c.add("payments_exactly_once", "every payment the channel took is applied once (or recorded for refund); no payment without the channel's", success, vs)
 	return nil
+}
+
+// deliveryStory tells how the channel's payment notification for order outTradeNo fared:
+// its final status and the answer of each attempt, for reading a LOST payment.
+func (c *checker) deliveryStory(outTradeNo string) string {
+	for _, n := range c.state.Notifications {
+		if n.Kind != channelsim.KindTrade || n.OutTradeNo != outTradeNo {
+			continue
+		}
+		answers := make([]string, 0, len(n.Attempts))
+		for _, a := range n.Attempts {
+			switch {
+			case a.Dropped:
+				answers = append(answers, "dropped")
+			case a.Error != "":
+				answers = append(answers, "error "+a.Error)
+			default:
+				answers = append(answers, fmt.Sprintf("%d %s", a.Status, a.Answer))
+			}
+		}
+		return fmt.Sprintf("the channel's notification %s: %s after %d rounds (%s)", n.ID, n.Status, n.Rounds, strings.Join(answers, " | "))
+	}
+	return "the channel sent no notification"
 }
 
 // checkStock: stock is conserved per SKU and equals what the orders' states say.

@@ -250,6 +250,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	if err := writeReport(filepath.Join(opts.out, "report.html"), s, h.snapshot()); err != nil {
 		return 2, err
 	}
+	// The channel's own view — every trade, refund and notification with each delivery
+	// attempt and its answer — for reading a violation from the channel's side.
+	if err := writeJSON(filepath.Join(opts.out, "channel.json"), c.state); err != nil {
+		return 2, err
+	}
 	printSummary(stdout, s, opts.out)
 	if s.Total > 0 {
 		return 1, nil

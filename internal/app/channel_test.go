@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/order"
@@ -320,10 +321,19 @@ func TestRefundRecoveryPoints(t *testing.T) {
 
 // TestPaidAfterCloseIsRefundedOnce: a payment for a cancelled order is kept as an anomaly
 // and refunded automatically, once however often resume-refunds runs.
+//
+// A cancel closes the order's trade at the channel first, so the trade here is one oncepay
+// does not know of: opened at the channel directly (a trades row lost in a restore, a trade
+// opened by another system with this out_trade_no). The notification is the only news of it.
 func TestPaidAfterCloseIsRefundedOnce(t *testing.T) {
 	s := channelServer(t)
-	o, _ := openTrade(t, s, "pac", "SKU-1002")
+	o := s.CreateOrder(t, apptest.AliceKey, "pac-order", apptest.Item{SKU: "SKU-1002", Quantity: 1})
 	apptest.Must(t, s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", apptest.AliceKey, nil, apptest.IdemKey("pac-cancel")), http.StatusOK)
+	behind := channel.New(channel.Config{BaseURL: s.App.ChannelURL, Secret: s.Config.ChannelSecret})
+	if _, err := behind.CreateTrade(t.Context(), channel.TradeRequest{OutTradeNo: o.OrderID, Amount: o.Amount, Subject: "opened elsewhere",
+		NotifyURL: s.Config.PublicURL + payment.Route, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.App.Channel.Pay(o.OrderID); err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
 
 	inv := inventory.NewHandler(a.inventory)
-	orders := order.NewHandler(a.orders, a.idem)
+	orders := order.NewHandler(a.orders, a.idem, a.trades)
 	payments := payment.NewHandler(a.payments, a.idem, a.Config.ChannelSecret)
 	trades := payment.NewTradeHandler(a.trades, a.idem)
 	refunds := refund.NewHandler(a.refunds, a.idem, a.Config.ChannelSecret)

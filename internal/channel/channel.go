@@ -98,6 +98,14 @@ func New(cfg Config) *Client {
 	return &Client{cfg: cfg}
 }
 
+// CallBound is the longest one call can last: every attempt timing out, with the longest
+// pauses between them. A call begun longer ago than this has ended, whatever its outcome.
+func (c *Client) CallBound() time.Duration {
+	attempts := time.Duration(c.cfg.Retries + 1)
+	pauses := c.cfg.Backoff * time.Duration(uint64(1)<<min(c.cfg.Retries, 16)) * 12 / 10
+	return attempts*c.cfg.Timeout + pauses
+}
+
 // TradeRequest opens a trade. OutTradeNo is oncepay's number (the order id).
 type TradeRequest struct {
 	OutTradeNo string    `json:"out_trade_no"`

@@ -57,11 +57,26 @@ func ViewOf(o Order) View {
 type Handler struct {
 	orders *Service
 	idem   *idemhttp.Adapter
+	trades TradeGate
 }
 
-// NewHandler returns the order HTTP handler; idem makes its writes exactly-once.
-func NewHandler(orders *Service, idem *idemhttp.Adapter) *Handler {
-	return &Handler{orders: orders, idem: idem}
+// TradeGate is what a cancel asks of the payment channel (payment.Trades implements it): the
+// order's channel trade must be unpayable before the order is cancelled, or the buyer could
+// pay a cancelled order whose notifications may all be lost (I9).
+type TradeGate interface {
+	// BeforeCancel runs before the cancel's transaction, since it calls the channel: it
+	// closes userID's order id's trade there, or applies its payment when the buyer already
+	// paid (the cancel then finds the order PAID).
+	BeforeCancel(ctx context.Context, userID, id int64) error
+	// CheckCancel runs in the cancel's transaction, the order row locked: it refuses the
+	// cancel when a trade was opened since BeforeCancel.
+	CheckCancel(ctx context.Context, tx *gorm.DB, id int64) error
+}
+
+// NewHandler returns the order HTTP handler; idem makes its writes exactly-once and trades
+// closes an order's channel trade before a cancel.
+func NewHandler(orders *Service, idem *idemhttp.Adapter, trades TradeGate) *Handler {
+	return &Handler{orders: orders, idem: idem, trades: trades}
 }
 
 // Routes serves the order routes, mounted at /v1/orders behind user authentication. Create
@@ -137,8 +152,12 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, ViewOf(o))
 }
 
-// cancel is POST /v1/orders/{id}/cancel: the key, then the conditional transition through
-// the guard. An order that moved on answers 409 illegal_state, stored and replayed.
+// cancel is POST /v1/orders/{id}/cancel, top to bottom: the key; the order's channel trade
+// made unpayable OUTSIDE any transaction (TradeGate.BeforeCancel: closed at the channel, or
+// its payment applied); then the guard's transaction — the conditional transition, and the
+// check that no trade was opened meanwhile. An order that moved on (paid, say) answers 409
+// illegal_state, stored and replayed; a channel that did not answer is a 503 that stores
+// nothing, so the retry with the same key asks it again.
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 	key, body, err := idemhttp.KeyAndBody(r)
 	if err != nil {
@@ -146,13 +165,23 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	userID, _ := web.UserID(r.Context())
+	id, ok := ids.Parse(chi.URLParam(r, "order_id"))
+	var gateErr error
+	if ok {
+		gateErr = h.trades.BeforeCancel(r.Context(), userID, id)
+	}
 	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-		id, ok := ids.Parse(chi.URLParam(r, "order_id"))
 		if !ok {
 			return idempotent.Response{}, ErrNotFound
 		}
+		if gateErr != nil {
+			return idempotent.Response{}, gateErr
+		}
 		o, err := h.orders.Cancel(ctx, tx, userID, id)
 		if err != nil {
+			return idempotent.Response{}, err
+		}
+		if err := h.trades.CheckCancel(ctx, tx, id); err != nil {
 			return idempotent.Response{}, err
 		}
 		return idemhttp.JSON(http.StatusOK, ViewOf(o)), nil

@@ -197,6 +197,22 @@ func (s *Service) Pay(ctx context.Context, tx *gorm.DB, id int64, channel, trade
 	return true, o, s.stock.Apply(ctx, tx, inventory.Confirm, o.ID, lines(o))
 }
 
+// LockPayable returns order id with its row locked in tx, provided it can still be paid:
+// PENDING_PAYMENT and not expired; otherwise ErrIllegalState. Opening a channel trade commits
+// its row under this lock, and a cancel changes the same row, so that whichever commits
+// second sees the other (payment.Trades.Open and CheckCancel).
+func (s *Service) LockPayable(ctx context.Context, tx *gorm.DB, id int64) (Order, error) {
+	o, err := s.orders.Current(ctx, tx, id)
+	if err != nil {
+		return Order{}, err
+	}
+	if o.Status != PendingPayment || !time.Now().Before(o.ExpiresAt) {
+		return Order{}, ErrIllegalState.Withf("order %d is %s (expires %s); only an unexpired %s order can be paid",
+			id, o.Status, o.ExpiresAt.UTC().Format(time.RFC3339), PendingPayment)
+	}
+	return o, nil
+}
+
 // Lookup returns order id whoever owns it, for the payment path, read on db: the
 // transaction the caller is in (never the pool from inside one — on SQLite a transaction
 // holds the only write lock and a pool connection of its own, so reading beside it can wait

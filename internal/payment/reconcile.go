@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -67,12 +68,14 @@ func (t *Trades) Reconcile(ctx context.Context) (checked, applied int64, err err
 // indefinite answer reports false with no error: the order stays PENDING_PAYMENT and the next
 // run asks again.
 func (t *Trades) BeforeClose(ctx context.Context, id int64) (closeIt bool, err error) {
-	has, err := t.HasTrade(ctx, id)
+	row, has, err := t.trade(ctx, t.db, id)
 	if err != nil || !has {
 		return err == nil, err
 	}
 	_, paid, _, err := t.settleIfPaid(ctx, id)
 	switch {
+	case errors.Is(err, channel.ErrNotFound) && t.opening(row):
+		return t.later(ctx, id, errors.New("the call opening its trade may still be under way"))
 	case errors.Is(err, channel.ErrNotFound):
 		return true, nil // the call that would have opened it never reached the channel
 	case err != nil:
@@ -92,6 +95,13 @@ func (t *Trades) BeforeClose(ctx context.Context, id int64) (closeIt bool, err e
 	default:
 		return t.later(ctx, id, err)
 	}
+}
+
+// opening reports whether a call that opens row's trade at the channel may still be under
+// way: the row is OPENING and its last Open began less than the longest call ago. Until that
+// call is over, "the channel knows no such trade" may not stay true.
+func (t *Trades) opening(row Trade) bool {
+	return row.Status == TradeOpening && time.Since(row.UpdatedAt) < t.client.CallBound()
 }
 
 // later logs why order id stays open until the next run of the close job.

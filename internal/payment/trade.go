@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -23,6 +23,9 @@ const (
 	TradeOpening = "OPENING"
 	// TradeOpen: the channel answered with its trade_no and pay_url.
 	TradeOpen = "OPEN"
+	// TradeClosed: a cancel closed the trade at the channel (or found that it never reached
+	// the channel); it can no longer be paid, and no new trade is opened for the order.
+	TradeClosed = "CLOSED"
 )
 
 // Trade is a row of trades: the channel trade of one order, out_trade_no = the order id.
@@ -52,8 +55,13 @@ type TradeView struct {
 // same out_trade_no.
 var ErrChannelUnavailable = apperr.ErrUnavailable.Withf("the payment channel did not answer; retry with the same Idempotency-Key")
 
-// Trades opens channel trades for orders and settles what the channel reports about them
-// through the notification's own path.
+// ErrTradeOpening answers a cancel that met an order whose trade is being opened right now:
+// the channel call may still create it. 503, nothing stored: the retry with the same key
+// finds the trade at the channel and closes it, or finds the call over.
+var ErrTradeOpening = apperr.ErrUnavailable.Withf("a payment is being opened for this order at the channel; retry with the same Idempotency-Key")
+
+// Trades opens channel trades for orders, closes them when an order is cancelled, and
+// settles what the channel reports about them through the notification's own path.
 type Trades struct {
 	db        *gorm.DB
 	guard     *idempotent.Guard
@@ -70,6 +78,16 @@ func NewTrades(db *gorm.DB, guard *idempotent.Guard, orders *order.Service, paym
 	return &Trades{db: db, guard: guard, orders: orders, payments: payments, client: client, channel: name, notifyURL: notifyURL}
 }
 
+// trade returns order id's trades row; found is false when it has none.
+func (t *Trades) trade(ctx context.Context, db *gorm.DB, id int64) (row Trade, found bool, err error) {
+	var rows []Trade
+	err = db.WithContext(ctx).Where("order_id = ?", id).Limit(1).Find(&rows).Error
+	if err != nil || len(rows) == 0 {
+		return Trade{}, false, err
+	}
+	return rows[0], true, nil
+}
+
 // Open opens (or returns) the channel trade of userID's order id, which must be
 // PENDING_PAYMENT and not expired. The channel call stays outside any transaction: the trades
 // row is committed OPENING first — from then on the close job asks the channel before it
@@ -77,15 +95,11 @@ func NewTrades(db *gorm.DB, guard *idempotent.Guard, orders *order.Service, paym
 // it is idempotent by. The answer is recorded by Record, in the guard's transaction. An
 // indefinite call is ErrChannelUnavailable (I8): the retry asks again with the same number.
 func (t *Trades) Open(ctx context.Context, userID, id int64) (channel.Trade, error) {
-	o, err := t.orders.Get(ctx, userID, id)
-	if err != nil {
+	if _, err := t.orders.Get(ctx, userID, id); err != nil {
 		return channel.Trade{}, err
 	}
-	if o.Status != order.PendingPayment || !time.Now().Before(o.ExpiresAt) {
-		return channel.Trade{}, order.ErrIllegalState.Withf("order %d is %s (expires %s); only an unexpired %s order can be paid",
-			id, o.Status, o.ExpiresAt.UTC().Format(time.RFC3339), order.PendingPayment)
-	}
-	if err := t.commitOpening(ctx, o); err != nil {
+	o, err := t.commitOpening(ctx, id)
+	if err != nil {
 		return channel.Trade{}, err
 	}
 	ct, err := t.client.CreateTrade(ctx, channel.TradeRequest{
@@ -101,30 +115,49 @@ func (t *Trades) Open(ctx context.Context, userID, id int64) (channel.Trade, err
 	return ct, nil
 }
 
-// commitOpening commits the OPENING trades row of o, once: a second Open finds it.
-func (t *Trades) commitOpening(ctx context.Context, o order.Order) error {
-	now := time.Now().UTC()
-	row := Trade{OrderID: o.ID, Channel: t.channel, OutTradeNo: ids.Format(o.ID), Amount: o.Amount,
-		Status: TradeOpening, CreatedAt: now, UpdatedAt: now}
-	return t.db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&row).Error
+// commitOpening commits the OPENING trades row of order id, once — a second Open finds it
+// and only stamps updated_at, the start of its own call — while the order can be paid. It
+// runs with the order row locked (order.Service.LockPayable), the row a cancel changes: an
+// order cancelled first is refused here, and a cancel that comes second sees this row
+// (CheckCancel). A trade a cancel closed is not opened again.
+func (t *Trades) commitOpening(ctx context.Context, id int64) (order.Order, error) {
+	var o order.Order
+	err := t.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		if o, err = t.orders.LockPayable(ctx, tx, id); err != nil {
+			return err
+		}
+		row, found, err := t.trade(ctx, tx, id)
+		now := time.Now().UTC()
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			row = Trade{OrderID: o.ID, Channel: t.channel, OutTradeNo: ids.Format(o.ID), Amount: o.Amount,
+				Status: TradeOpening, CreatedAt: now, UpdatedAt: now}
+			return tx.Create(&row).Error
+		case row.Status == TradeClosed:
+			return order.ErrIllegalState.Withf("order %d: its channel trade was closed by a cancel; only the cancel can finish", id)
+		default:
+			return tx.Model(&Trade{}).Where("order_id = ?", id).Update("updated_at", now).Error
+		}
+	})
+	return o, err
 }
 
 // Record stores the channel's answer on the order's trades row in tx — the guard's
 // transaction of POST /v1/orders/{order_id}/payments — and returns the API's view of it.
+// A trade a cancel closed meanwhile stays closed: the answer is then 409 illegal_state.
 func (t *Trades) Record(ctx context.Context, tx *gorm.DB, id int64, ct channel.Trade) (TradeView, error) {
-	err := tx.WithContext(ctx).Model(&Trade{}).Where("order_id = ?", id).
-		Updates(map[string]any{"trade_no": ct.TradeNo, "pay_url": ct.PayURL, "status": TradeOpen, "updated_at": time.Now().UTC()}).Error
-	if err != nil {
-		return TradeView{}, err
+	res := tx.WithContext(ctx).Model(&Trade{}).Where("order_id = ? AND status <> ?", id, TradeClosed).
+		Updates(map[string]any{"trade_no": ct.TradeNo, "pay_url": ct.PayURL, "status": TradeOpen, "updated_at": time.Now().UTC()})
+	switch {
+	case res.Error != nil:
+		return TradeView{}, res.Error
+	case res.RowsAffected == 0:
+		return TradeView{}, order.ErrIllegalState.Withf("order %d: its channel trade was closed by a cancel", id)
 	}
 	return TradeView{OrderID: ids.Format(id), Channel: t.channel, TradeNo: ct.TradeNo, PayURL: ct.PayURL, Status: ct.Status}, nil
-}
-
-// HasTrade reports whether order id has a trades row: whether the channel may know it.
-func (t *Trades) HasTrade(ctx context.Context, id int64) (bool, error) {
-	var n int64
-	err := t.db.WithContext(ctx).Model(&Trade{}).Where("order_id = ?", id).Count(&n).Error
-	return n > 0, err
 }
 
 // PendingWithTrade returns up to limit ids, after the id after, of PENDING_PAYMENT orders that
@@ -135,4 +168,82 @@ func (t *Trades) PendingWithTrade(ctx context.Context, after int64, limit int) (
 		Where("orders.status = ? AND trades.order_id > ?", order.PendingPayment, after).
 		Order("trades.order_id").Limit(limit).Pluck("trades.order_id", &out).Error
 	return out, err
+}
+
+// BeforeCancel makes sure that userID's order id, about to be cancelled, can no longer be paid
+// at the channel. It runs before the cancel's transaction, because it calls the channel, and
+// mirrors the close job (I9): a trade the buyer already paid is applied as a payment (Settle)
+// — the cancel then finds the order PAID and answers 409 illegal_state — and any other trade
+// is closed at the channel, then marked CLOSED here. Without this, a buyer could pay a
+// cancelled order, and were every notification of that payment lost, nothing but the daily
+// bill would find the money. An order that is not PENDING_PAYMENT, or has no trade, needs
+// nothing. A trade whose opening call may still be under way is ErrTradeOpening and an
+// indefinite channel ErrChannelUnavailable: 503, nothing stored, the retry asks again.
+func (t *Trades) BeforeCancel(ctx context.Context, userID, id int64) error {
+	o, err := t.orders.Get(ctx, userID, id)
+	switch {
+	case errors.Is(err, order.ErrNotFound):
+		return nil // the cancel's transaction answers 404
+	case err != nil:
+		return err
+	case o.Status != order.PendingPayment:
+		return nil // the cancel's transaction answers 409 illegal_state
+	}
+	row, found, err := t.trade(ctx, t.db, id)
+	if err != nil || !found || row.Status == TradeClosed {
+		return err
+	}
+	_, paid, _, err := t.settleIfPaid(ctx, id)
+	switch {
+	case errors.Is(err, channel.ErrNotFound):
+		if t.opening(row) {
+			return ErrTradeOpening
+		}
+		return t.markClosed(ctx, id) // the call that would have opened it is over and never reached the channel
+	case err != nil:
+		// The channel did not answer, or said SUCCESS and applying it failed (a copy of its
+		// notification holds the key, say): the retry asks again.
+		return fmt.Errorf("%w (order %d: %w)", ErrChannelUnavailable, id, err)
+	case paid:
+		return nil
+	}
+	_, err = t.client.CloseTrade(ctx, ids.Format(id))
+	switch {
+	case err == nil, errors.Is(err, channel.ErrNotFound):
+		return t.markClosed(ctx, id)
+	case errors.Is(err, channel.ErrTradePaid):
+		// The buyer paid between the query and the close: apply it; the cancel then finds PAID.
+		if _, paid, _, err = t.settleIfPaid(ctx, id); err == nil && !paid {
+			err = fmt.Errorf("the channel answered trade_paid, then its query did not say SUCCESS")
+		}
+		if err != nil {
+			return fmt.Errorf("%w (order %d: %w)", ErrChannelUnavailable, id, err)
+		}
+		return nil
+	default:
+		return fmt.Errorf("%w (closing the trade of order %d: %w)", ErrChannelUnavailable, id, err)
+	}
+}
+
+// markClosed marks order id's trade CLOSED: the channel confirmed that it cannot be paid.
+func (t *Trades) markClosed(ctx context.Context, id int64) error {
+	return t.db.WithContext(ctx).Model(&Trade{}).Where("order_id = ?", id).
+		Updates(map[string]any{"status": TradeClosed, "updated_at": time.Now().UTC()}).Error
+}
+
+// CheckCancel runs in the cancel's transaction, after the order row was locked and moved to
+// CANCELLED: it refuses the cancel (ErrTradeOpening, rolled back, nothing stored) when order
+// id has a trade that BeforeCancel did not close — one opened since. Opening a trade locks
+// the same order row (commitOpening), so no trade can appear after this check either. The
+// read is a locking one: under REPEATABLE READ a plain SELECT could answer from a snapshot
+// older than the trade's commit.
+func (t *Trades) CheckCancel(ctx context.Context, tx *gorm.DB, id int64) error {
+	var rows []Trade
+	if err := database.ForUpdate(tx.WithContext(ctx)).Where("order_id = ?", id).Limit(1).Find(&rows).Error; err != nil {
+		return err
+	}
+	if len(rows) > 0 && rows[0].Status != TradeClosed {
+		return ErrTradeOpening
+	}
+	return nil
 }

@@ -1,0 +1,198 @@
+package app_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/channelsim"
+	"github.com/oncepay/oncepay/internal/order"
+)
+
+// A cancel makes the order's channel trade unpayable before the order is cancelled: it closes
+// the trade at the channel, or applies the payment the buyer already made. Before, a cancelled
+// order's trade stayed payable; a buyer who paid it was refunded only if one of the channel's
+// notifications arrived (paid_after_close), and when every one was lost — the channel gives up
+// after its schedule — nothing but the daily bill found the money (the chaos run found it: a
+// CANCELLED order paid at the channel, no anomaly).
+
+// cancelOrder posts a cancel of order id as alice with key.
+func cancelOrder(s *apptest.Server, id, key string) apptest.Response {
+	return s.Do(http.MethodPost, "/v1/orders/"+id+"/cancel", apptest.AliceKey, nil, apptest.IdemKey(key))
+}
+
+// channelTrade returns the simulator's trade of order id.
+func channelTrade(t *testing.T, s *apptest.Server, id string) channelsim.TradeRecord {
+	t.Helper()
+	for _, tr := range s.App.Channel.State().Trades {
+		if tr.OutTradeNo == id {
+			return tr
+		}
+	}
+	t.Fatalf("the channel has no trade for order %s", id)
+	return channelsim.TradeRecord{}
+}
+
+func TestCancelClosesTheChannelTrade(t *testing.T) {
+	s := channelServer(t)
+	before := s.Inventory(t, "SKU-1002")
+	o, _ := openTrade(t, s, "ct", "SKU-1002")
+
+	apptest.Must(t, cancelOrder(s, o.OrderID, "ct-cancel"), http.StatusOK)
+	if st := channelTrade(t, s, o.OrderID).Status; st != channelsim.TradeClosed {
+		t.Fatalf("the cancelled order's trade is %s at the channel, want CLOSED", st)
+	}
+	if err := s.App.Channel.Pay(o.OrderID); !errors.Is(err, channelsim.ErrTradeClosed) {
+		t.Fatalf("the buyer paid the cancelled order's trade: %v, want trade_closed", err)
+	}
+	// No trade is opened again for it, under any key.
+	r := s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/payments", apptest.AliceKey, nil, apptest.IdemKey("ct-pay-again"))
+	apptest.WantProblem(t, r, http.StatusConflict, "illegal_state")
+	// The same cancel key replays; the stock came back once.
+	again := apptest.Must(t, cancelOrder(s, o.OrderID, "ct-cancel"), http.StatusOK)
+	if again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the cancel's retry was not a replay: %s", again)
+	}
+	if after := s.Inventory(t, "SKU-1002"); after.Available != before.Available || after.Reserved != before.Reserved {
+		t.Errorf("stock %+v after the cancel, want %+v", after, before)
+	}
+	if n := s.Count(t, "anomalies", "order_id = ?", o.OrderID); n != 0 {
+		t.Errorf("%d anomalies for the order, want 0", n)
+	}
+}
+
+// TestCancelAfterTheBuyerPaidAppliesThePayment: the buyer paid, every notification was lost;
+// the cancel asks the channel first, applies the payment, and answers 409 illegal_state.
+func TestCancelAfterTheBuyerPaidAppliesThePayment(t *testing.T) {
+	s := channelServer(t)
+	s.App.Channel.SetFaults(channelsim.Faults{DropNotifications: 1})
+	o, tv := openTrade(t, s, "cp", "SKU-1002")
+	if err := s.App.Channel.Pay(o.OrderID); err != nil {
+		t.Fatal(err)
+	}
+	waitDropped(t, s, o.OrderID)
+	if st := s.Order(t, o.OrderID).Status; st != order.PendingPayment {
+		t.Fatalf("order %s is %s although every notification was dropped", o.OrderID, st)
+	}
+
+	r := cancelOrder(s, o.OrderID, "cp-cancel")
+	apptest.WantProblem(t, r, http.StatusConflict, "illegal_state")
+	got := s.Order(t, o.OrderID)
+	if got.Status != order.Paid || got.TradeNo == nil || *got.TradeNo != tv.TradeNo {
+		t.Fatalf("order is %s (trade %v), want PAID by %s", got.Status, got.TradeNo, tv.TradeNo)
+	}
+	if n := s.Count(t, "payments", "order_id = ?", o.OrderID); n != 1 {
+		t.Errorf("%d payment rows, want 1", n)
+	}
+	if n := s.Count(t, "anomalies", "order_id = ?", o.OrderID); n != 0 {
+		t.Errorf("%d anomalies, want 0: the payment was applied, not refused", n)
+	}
+	// The cancel's answer is stored: its retry replays the 409.
+	apptest.WantProblem(t, cancelOrder(s, o.OrderID, "cp-cancel"), http.StatusConflict, "illegal_state")
+}
+
+// TestCancelWhileTheChannelIsDown: a channel that does not answer leaves the order as it was
+// (503, nothing stored); the retry with the same key, once it answers, cancels.
+func TestCancelWhileTheChannelIsDown(t *testing.T) {
+	s := channelServer(t)
+	o, _ := openTrade(t, s, "cd", "SKU-1002")
+	s.App.Channel.SetFaults(channelsim.Faults{FailBeforeApply: 1})
+	r := cancelOrder(s, o.OrderID, "cd-cancel")
+	apptest.WantProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+	if r.Header.Get("Retry-After") == "" {
+		t.Errorf("503 without Retry-After: %s", r)
+	}
+	if st := s.Order(t, o.OrderID).Status; st != order.PendingPayment {
+		t.Fatalf("order is %s after the channel failed, want PENDING_PAYMENT", st)
+	}
+	if st := channelTrade(t, s, o.OrderID).Status; st != channelsim.TradeWaitBuyerPay {
+		t.Fatalf("trade is %s at the channel, want WAIT_BUYER_PAY", st)
+	}
+	s.App.Channel.SetFaults(channelsim.Faults{})
+	apptest.Must(t, cancelOrder(s, o.OrderID, "cd-cancel"), http.StatusOK)
+	if st := channelTrade(t, s, o.OrderID).Status; st != channelsim.TradeClosed {
+		t.Errorf("trade is %s at the channel, want CLOSED", st)
+	}
+}
+
+// TestCancelsRacingPaymentsLoseNoMoney is the chaos run's race in miniature, on one instance:
+// for each order, at once, the buyer opens the trade and pays at the channel while two copies
+// of a cancel arrive, each retried with its key until final — and every notification of every
+// payment is lost. Afterwards, with reconcile-payments and the close job run, every payment
+// the channel took is applied to its order (PAID, one payment row), and every CANCELLED order
+// has a trade the channel will not take money for.
+func TestCancelsRacingPaymentsLoseNoMoney(t *testing.T) {
+	s := channelServer(t)
+	s.App.Channel.SetFaults(channelsim.Faults{DropNotifications: 1})
+	const n = 24
+	orders := make([]order.View, n)
+	for i := range orders {
+		orders[i] = s.CreateOrder(t, apptest.AliceKey, fmt.Sprintf("race-%d-order", i), apptest.Item{SKU: "SKU-1002", Quantity: 1})
+	}
+	final := func(r apptest.Response) bool {
+		return r.Status != http.StatusServiceUnavailable && !(r.Status == http.StatusConflict && r.Code() == "idempotency_key_in_use")
+	}
+	var wg sync.WaitGroup
+	for i, o := range orders {
+		wg.Go(func() {
+			pay := s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/payments", apptest.AliceKey, nil, apptest.IdemKey(fmt.Sprintf("race-%d-pay", i)))
+			if pay.Status == http.StatusCreated {
+				_ = s.App.Channel.Pay(o.OrderID) // refused when the cancel closed the trade first
+			}
+		})
+		for c := range 2 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i%4) * 5 * time.Millisecond)
+				for attempt := 0; ; attempt++ {
+					r := cancelOrder(s, o.OrderID, fmt.Sprintf("race-%d-cancel", i))
+					if final(r) || attempt == 100 {
+						if !final(r) {
+							t.Errorf("copy %d of order %d's cancel: still %s after 100 tries", c, i, r)
+						}
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	adminRun(t, s, "reconcile-payments", nil, nil)
+
+	var paid, cancelled int
+	for _, o := range orders {
+		got := s.Order(t, o.OrderID)
+		var tr *channelsim.TradeRecord
+		for _, x := range s.App.Channel.State().Trades {
+			if x.OutTradeNo == o.OrderID {
+				tr = &x
+			}
+		}
+		payments := s.Count(t, "payments", "order_id = ?", o.OrderID)
+		switch got.Status {
+		case order.Paid:
+			paid++
+			if tr == nil || tr.Status != channelsim.TradeSuccess || payments != 1 {
+				t.Errorf("order %s is PAID with %d payment rows; channel trade %+v", o.OrderID, payments, tr)
+			}
+		case order.Cancelled:
+			cancelled++
+			if tr != nil && tr.Status == channelsim.TradeSuccess {
+				t.Errorf("LOST: order %s is CANCELLED but the channel took %d for it (trade %s)", o.OrderID, tr.Amount, tr.TradeNo)
+			}
+			if payments != 0 {
+				t.Errorf("order %s is CANCELLED with %d payment rows", o.OrderID, payments)
+			}
+		default:
+			t.Errorf("order %s is %s, want PAID or CANCELLED", o.OrderID, got.Status)
+		}
+	}
+	if n := s.Count(t, "anomalies", "kind = ?", "paid_after_close"); n != 0 {
+		t.Errorf("%d paid_after_close anomalies, want 0: no cancelled order could be paid", n)
+	}
+	t.Logf("%d orders: %d paid (the payment applied by the cancel or reconcile-payments), %d cancelled", n, paid, cancelled)
+}
