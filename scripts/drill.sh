@@ -17,21 +17,21 @@ export ONCEPAY_EMBEDDED_KAFKA_ADDR="${DRILL_KAFKA_ADDR:-127.0.0.1:19099}"
 export ONCEPAY_EMBEDDED_CHANNEL_ADDR="${DRILL_CHANNEL_ADDR:-127.0.0.1:18091}"
 export ONCEPAY_LAB=true
 # I4: every oncepay payment sleeps this long while it holds its lock. The drill's retry comes
-# at +5.5 s, after a fixed 5 s lease has run out, so the delay must outlast both: then the
+# at +6 s, after a fixed 5 s lease has run out, so the delay must outlast both: then the
 # retry meets a payment still at work, which the lab's lock (5 s, never renewed; its own work
-# takes the article's 8 s) lets through and oncepay's must not. 6 s and not the article's
+# takes the article's 8 s) lets through and oncepay's must not. 7 s and not the article's
 # 8 s, because the delay slows every payment of every scenario. It is slept under the lock but
 # before the payment's transaction begins, so slowed payments run side by side even on SQLite.
-export ONCEPAY_CHAOS_PAYMENT_DELAY="${ONCEPAY_CHAOS_PAYMENT_DELAY:-6s}"
-# I4: oncepay's own lock gets the lab's 5 s lease (instead of the 30 s default, which a 6 s
-# payment never outlives), so that what holds off the +5.5 s retry is the watchdog renewing
+export ONCEPAY_CHAOS_PAYMENT_DELAY="${ONCEPAY_CHAOS_PAYMENT_DELAY:-7s}"
+# I4: oncepay's own lock gets the lab's 5 s lease (instead of the 30 s default, which a 7 s
+# payment never outlives), so that what holds off the +6 s retry is the watchdog renewing
 # the lease every 5/3 s, not a generous TTL.
 export ONCEPAY_LOCK_TTL="${ONCEPAY_LOCK_TTL:-5s}"
 # I5: orders expire 3 s after they are made (the drill waits TTL + 1 s before closing one), so
 # the drill can watch a late close and a payment after close in seconds.
 export ONCEPAY_ORDER_TTL="${ONCEPAY_ORDER_TTL:-3s}"
 # I5: the close job runs only when the drill asks for it. A scheduled run would close the
-# other scenarios' orders in the middle of their 6 s payments (they expire after 3 s).
+# other scenarios' orders in the middle of their 7 s payments (they expire after 3 s).
 export ONCEPAY_CLOSE_JOB_INTERVAL=1h
 # I8: a call to the channel gives up after 1 s and is retried once (with the same number), so
 # that a refund whose answer the simulator holds back (timeout_after_apply) is answered in about

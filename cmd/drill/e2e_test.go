@@ -32,7 +32,7 @@ func TestDrillAgainstTheRealApp(t *testing.T) {
 	}
 	// The settings of scripts/drill.sh, which says why each one is what it is.
 	cfg.Lab = true
-	cfg.ChaosPaymentDelay = 6 * time.Second
+	cfg.ChaosPaymentDelay = 7 * time.Second
 	cfg.LockTTL = 5 * time.Second
 	cfg.OrderTTL = 3 * time.Second
 	cfg.CloseJobInterval = time.Hour

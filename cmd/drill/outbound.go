@@ -222,7 +222,7 @@ func (d *drill) awaitOrder(ctx context.Context, id, want string, within time.Dur
 }
 
 // i8PaidWithin is how long I8 waits for the channel's notification to pay its order, once
-// answered: the payment is slowed by ONCEPAY_CHAOS_PAYMENT_DELAY (6 s under make drill).
+// answered: the payment is slowed by ONCEPAY_CHAOS_PAYMENT_DELAY (7 s under make drill).
 const i8PaidWithin = 30 * time.Second
 
 // refundTimeout is I8: a refund whose channel call times out although the channel applied it.
@@ -241,7 +241,7 @@ func (d *drill) refundTimeout(ctx context.Context, rt routes) (out outcome, err 
 	}
 	id := string(o.OrderID)
 	// The drill carries the channel's notification itself, byte for byte: the simulator's own
-	// client gives up after 5 s, and under make drill every payment takes 6 s
+	// client gives up after 5 s, and under make drill every payment takes 7 s
 	// (ONCEPAY_CHAOS_PAYMENT_DELAY), so its attempt would be cut off and retried only minutes
 	// later. Its notification was dropped for that reason.
 	deliver := d.c.fireHTTP(ctx, t0, "the channel's notification (carried by the drill)", d.notifyCall(oncepayRoutes.paymentNotify, body), nil)

@@ -86,7 +86,7 @@ const labProbePath = "/lab/"
 //   - POST /lab/payments/notify: the body and X-Signature of /v1/payments/notify; a Redis
 //     lock with a fixed 5 s TTL and no watchdog, a copy that finds it held answers 409, and
 //     8 s of work between its check and its update (the article's; longer when
-//     ONCEPAY_CHAOS_PAYMENT_DELAY is), so the copy at +5.5 s (i4Offsets) passes the check
+//     ONCEPAY_CHAOS_PAYMENT_DELAY is), so the copy at +6 s (i4Offsets) passes the check
 //     too and pays again: stock confirmed twice or paid_at stamped twice (I4).
 //   - POST /lab/orders/{order_id}/close: admin bearer; sets CLOSED with no precondition (I5).
 //     The lab run of I5 pays its order first through POST /lab/payments/notify, one copy.
@@ -151,7 +151,7 @@ type scenario struct {
 // closeMode is how a run that calls POST /v1/admin/jobs/close-expired-orders/run gets the
 // server to itself. The job closes every expired unpaid order on the server, other scenarios'
 // too, even while their payment is on its way: orders expire after ONCEPAY_ORDER_TTL=3s and
-// payments take ONCEPAY_CHAOS_PAYMENT_DELAY=6s in make drill.
+// payments take ONCEPAY_CHAOS_PAYMENT_DELAY=7s in make drill.
 type closeMode int
 
 const (
@@ -363,13 +363,14 @@ func (d *drill) sameKeyOrders(ctx context.Context, rt routes) (outcome, error) {
 }
 
 // i4Offsets space the copies of I4 across a slow payment. 0, +1 s and +3 s land while the
-// first copy still holds its lock; +5.5 s is the incident's retry (the article's came at ~6 s):
-// after a fixed 5 s lease has run out, and before the first copy is done — the lab's after
-// its 8 s of work, oncepay's after ONCEPAY_CHAOS_PAYMENT_DELAY=6s (make drill), which is as
-// short as it can be while still outlasting the retry, because it slows every payment of the
-// drill. So the lab replica pays twice, and oncepay must hold the copy off with a lock its
+// first copy still holds its lock; +6 s is the incident's retry (the article's came ~6 s
+// after the first): after a fixed 5 s lease has run out, with a second to spare for the
+// first copy to reach the lock on a loaded machine (at +5.5 s the lab's lease was, once, not
+// yet over), and before the first copy is done — the lab's after its 8 s of work, oncepay's
+// after ONCEPAY_CHAOS_PAYMENT_DELAY=7s (make drill), a second past the retry, and no more,
+// because it slows every payment of the drill. So the lab replica pays twice, and oncepay must hold the copy off with a lock its
 // watchdog renews past ONCEPAY_LOCK_TTL=5s, and with its dedup record behind it.
-var i4Offsets = []time.Duration{0, time.Second, 3 * time.Second, 5500 * time.Millisecond}
+var i4Offsets = []time.Duration{0, time.Second, 3 * time.Second, 6 * time.Second}
 
 // slowPayment is I4: copies of one notification spaced across a slow payment. The drill
 // cannot slow the server; it reports whether the server was slow enough to test the lock.
@@ -402,7 +403,7 @@ func (d *drill) slowPayment(ctx context.Context, rt routes) (outcome, error) {
 	}
 	if slowest < 1000 {
 		out.notef("the server answered every copy within %.0fms, so no copy overlapped a held lock; "+
-			"start it with ONCEPAY_CHAOS_PAYMENT_DELAY=6s and ONCEPAY_LOCK_TTL=5s to replay I4", slowest)
+			"start it with ONCEPAY_CHAOS_PAYMENT_DELAY=7s and ONCEPAY_LOCK_TTL=5s to replay I4", slowest)
 	}
 	out.expected = "PAID once; stock available -1, reserved +0, sold +1"
 	out.observed = fmt.Sprintf("%s; stock %s; slowest answer %.0fms", final.Status, after.since(sku), slowest)

@@ -178,7 +178,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	client := channel.New(channel.Config{BaseURL: a.ChannelURL, Secret: cfg.ChannelSecret, Timeout: cfg.ChannelTimeout, Retries: uint64(cfg.ChannelRetries)})
 	a.trades = payment.NewTrades(a.DB, a.Guard, a.orders, a.payments, client, cfg.ChannelName, cfg.PublicURL+payment.Route)
 	a.refunds = refund.NewService(a.DB, a.IDs, a.Guard, a.orders, client, cfg.ChannelName, cfg.PublicURL+refund.Route)
-	a.bills = jobs.NewBills(a.DB, client, cfg.ChannelName, a.anomalies)
+	a.bills = jobs.NewBills(a.DB, client, cfg.ChannelName, a.anomalies, a.trades)
 
 	// Background loops: the payment notifications consumer (I1), the outbox relay, and the
 	// scheduled jobs (I5, I6), each stopped and drained by Run on shutdown.

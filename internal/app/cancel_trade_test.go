@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/channelsim"
+	"github.com/oncepay/oncepay/internal/jobs"
 	"github.com/oncepay/oncepay/internal/order"
+	"github.com/oncepay/oncepay/internal/payment"
 )
 
 // A cancel makes the order's channel trade unpayable before the order is cancelled: it closes
@@ -195,4 +198,67 @@ func TestCancelsRacingPaymentsLoseNoMoney(t *testing.T) {
 		t.Errorf("%d paid_after_close anomalies, want 0: no cancelled order could be paid", n)
 	}
 	t.Logf("%d orders: %d paid (the payment applied by the cancel or reconcile-payments), %d cancelled", n, paid, cancelled)
+}
+
+// TestBillAppliesPaymentsWhoseNotificationsWereLost: the last net. Two paid trades whose every
+// notification was lost and that no query looked at: one of an order still waiting, one that
+// oncepay never knew of (opened at the channel behind its back) for an order cancelled before.
+// reconcile-bills reports both as reconcile_missing_payment and applies them through the
+// notification's path: the first order is PAID, the second payment is kept as
+// paid_after_close and refunded once. The next run finds the books equal.
+func TestBillAppliesPaymentsWhoseNotificationsWereLost(t *testing.T) {
+	s := channelServer(t)
+	s.App.Channel.SetFaults(channelsim.Faults{DropNotifications: 1})
+	waiting, _ := openTrade(t, s, "bill-a", "SKU-1002")
+	cancelled := s.CreateOrder(t, apptest.AliceKey, "bill-b-order", apptest.Item{SKU: "SKU-1002", Quantity: 1})
+	apptest.Must(t, cancelOrder(s, cancelled.OrderID, "bill-b-cancel"), http.StatusOK)
+	behind := channel.New(channel.Config{BaseURL: s.App.ChannelURL, Secret: s.Config.ChannelSecret})
+	if _, err := behind.CreateTrade(t.Context(), channel.TradeRequest{OutTradeNo: cancelled.OrderID, Amount: cancelled.Amount, Subject: "opened elsewhere",
+		NotifyURL: s.Config.PublicURL + payment.Route, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{waiting.OrderID, cancelled.OrderID} {
+		if err := s.App.Channel.Pay(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDropped(t, s, waiting.OrderID, cancelled.OrderID)
+
+	today := map[string]string{"date": time.Now().UTC().Format(time.DateOnly)}
+	var rep jobs.BillReport
+	adminRun(t, s, "reconcile-bills", today, &rep)
+	settled := map[string]string{}
+	for _, m := range rep.Mismatches {
+		if m.Kind != "reconcile_missing_payment" {
+			t.Errorf("mismatch %+v, want only reconcile_missing_payment", m)
+		}
+		settled[m.OrderID] = m.Settled
+	}
+	if settled[waiting.OrderID] != "applied" || settled[cancelled.OrderID] != "recorded" || len(rep.Mismatches) != 2 {
+		t.Fatalf("mismatches %+v, want the waiting order's payment applied and the cancelled one's recorded", rep.Mismatches)
+	}
+	if o := s.Order(t, waiting.OrderID); o.Status != order.Paid {
+		t.Errorf("the waiting order is %s after reconcile-bills, want PAID", o.Status)
+	}
+	if n := s.Count(t, "payments", "order_id = ?", waiting.OrderID); n != 1 {
+		t.Errorf("%d payment rows for the waiting order, want 1", n)
+	}
+	if o := s.Order(t, cancelled.OrderID); o.Status != order.Cancelled {
+		t.Errorf("the cancelled order is %s, want CANCELLED untouched", o.Status)
+	}
+	if n := s.Count(t, "anomalies", "kind = ? AND order_id = ?", "paid_after_close", cancelled.OrderID); n != 1 {
+		t.Fatalf("%d paid_after_close anomalies for the cancelled order, want 1", n)
+	}
+	resumeUntilSettled(t, s)
+	apptest.Eventually(t, 20*time.Second, "the cancelled order's payment refunded", func() (bool, string) {
+		adminRun(t, s, "resume-refunds", nil, nil)
+		sum, n := refundedAtChannel(s, cancelled.OrderID)
+		return sum == cancelled.Amount && n == 1, fmt.Sprintf("%d in %d refunds", sum, n)
+	})
+
+	var again jobs.BillReport
+	adminRun(t, s, "reconcile-bills", today, &again)
+	if len(again.Mismatches) != 0 || again.Matched != 3 {
+		t.Errorf("second reconcile-bills: matched %d, mismatches %+v; want 3 matched (2 payments, 1 refund), none", again.Matched, again.Mismatches)
+	}
 }

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"gorm.io/gorm"
@@ -29,6 +30,10 @@ type Mismatch struct {
 	ChannelAmount int64  `json:"channel_amount"`
 	OncepayAmount int64  `json:"oncepay_amount"`
 	Detail        string `json:"detail"`
+	// Settled says, for reconcile_missing_payment, what applying the billed payment through
+	// the notification's path did: "applied" (the order is PAID now), "recorded" (the order
+	// had moved on: kept as an anomaly for refund), or why it could not be applied yet.
+	Settled string `json:"settled,omitempty"`
 }
 
 // BillReport is the answer of reconcile-bills.
@@ -45,18 +50,24 @@ type Bills struct {
 	client    *channel.Client
 	channel   string
 	anomalies *anomaly.Recorder
+	payments  *payment.Trades
 }
 
-// NewBills returns the bill reconciliation of the channel called name.
-func NewBills(db *gorm.DB, client *channel.Client, name string, anomalies *anomaly.Recorder) *Bills {
-	return &Bills{db: db, client: client, channel: name, anomalies: anomalies}
+// NewBills returns the bill reconciliation of the channel called name; trades applies a billed
+// payment that oncepay never heard of.
+func NewBills(db *gorm.DB, client *channel.Client, name string, anomalies *anomaly.Recorder, trades *payment.Trades) *Bills {
+	return &Bills{db: db, client: client, channel: name, anomalies: anomalies, payments: trades}
 }
 
 // Reconcile fetches the bill of day (UTC) and compares it, entry by entry, with what oncepay
 // recorded: every paid trade must be a payment (or an anomaly kept for refund) of the same
 // amount, every refund a SUCCEEDED refund of the same amount, and the reverse for what oncepay
 // recorded that day. Each mismatch is recorded as an anomaly reconcile_<what>, once per kind,
-// channel and trade or refund number, however often the day is reconciled.
+// channel and trade or refund number, however often the day is reconciled. A paid trade that
+// oncepay knows nothing of is also applied, through the notification's own path and key
+// (payment.Trades.SettleBilled): its order is paid if it still waits, and otherwise the
+// payment is kept as paid_after_close, which is refunded automatically — money the channel
+// took is never left where only a person reading anomalies would find it.
 func (b *Bills) Reconcile(ctx context.Context, day time.Time) (BillReport, error) {
 	date := day.UTC().Format(time.DateOnly)
 	bill, err := b.client.Bill(ctx, date)
@@ -97,6 +108,7 @@ func (b *Bills) trades(ctx context.Context, billed []channel.Trade, from, to tim
 			return err
 		case !found:
 			rep.add("reconcile_missing_payment", b.channel, t.TradeNo, t.OutTradeNo, t.Amount, 0, "the channel was paid; oncepay has no payment or anomaly for this trade")
+			rep.Mismatches[len(rep.Mismatches)-1].Settled = b.settle(ctx, t)
 		case amount != t.Amount:
 			rep.add("reconcile_payment_amount", b.channel, t.TradeNo, t.OutTradeNo, t.Amount, amount, "the amounts differ")
 		default:
@@ -113,6 +125,19 @@ func (b *Bills) trades(ctx context.Context, billed []channel.Trade, from, to tim
 		}
 	}
 	return nil
+}
+
+// settle applies the billed payment t that oncepay never heard of and says what it did.
+func (b *Bills) settle(ctx context.Context, t channel.Trade) string {
+	applied, err := b.payments.SettleBilled(ctx, t)
+	switch {
+	case err != nil:
+		slog.WarnContext(ctx, "reconcile-bills: a billed payment could not be applied; the next run tries again", "trade_no", t.TradeNo, "err", err)
+		return "not applied yet: " + err.Error()
+	case applied:
+		return "applied"
+	}
+	return "recorded"
 }
 
 // knownPayment returns the amount oncepay recorded for trade tradeNo: its payment, or the

@@ -28,6 +28,13 @@ func (t *Trades) settleIfPaid(ctx context.Context, id int64) (ct channel.Trade, 
 	return ct, true, applied, err
 }
 
+// SettleBilled applies ct, a paid trade of the channel's bill that oncepay never heard of,
+// exactly as its notification would have been (Settle): the order is paid if it still waits
+// (applied = true), and otherwise the payment is kept as an anomaly for refund.
+func (t *Trades) SettleBilled(ctx context.Context, ct channel.Trade) (applied bool, err error) {
+	return t.payments.Settle(ctx, t.guard, t.notificationOf(ct))
+}
+
 // Reconcile asks the channel about every PENDING_PAYMENT order that has a trade and applies a
 // SUCCESS through the notification's own path and key (Settle): a payment whose notifications
 // were all lost still ends PAID (I9). checked counts the orders asked about, applied those
