@@ -11,6 +11,7 @@ import (
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/channelsim"
+	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/jobs"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
@@ -260,5 +261,36 @@ func TestBillAppliesPaymentsWhoseNotificationsWereLost(t *testing.T) {
 	adminRun(t, s, "reconcile-bills", today, &again)
 	if len(again.Mismatches) != 0 || again.Matched != 3 {
 		t.Errorf("second reconcile-bills: matched %d, mismatches %+v; want 3 matched (2 payments, 1 refund), none", again.Matched, again.Mismatches)
+	}
+}
+
+// TestCancelWhileItsPaymentIsBeingApplied: the buyer paid, and a copy of the notification is
+// being applied (slowly, ONCEPAY_CHAOS_PAYMENT_DELAY) when the cancel asks the channel. The
+// cancel cannot apply the payment itself (the payment's key is in use): 503 unavailable, not
+// the payment key's 409, and nothing stored; once the payment is applied, the same cancel key
+// answers 409 illegal_state.
+func TestCancelWhileItsPaymentIsBeingApplied(t *testing.T) {
+	s := channelServer(t, func(c *config.Config) { c.ChaosPaymentDelay = 1500 * time.Millisecond })
+	s.App.Channel.SetFaults(channelsim.Faults{DropNotifications: 1})
+	o, tv := openTrade(t, s, "cs", "SKU-1002")
+	if err := s.App.Channel.Pay(o.OrderID); err != nil {
+		t.Fatal(err)
+	}
+	body := apptest.JSON(apptest.Notification(o, "simpay", tv.TradeNo))
+	notified := make(chan apptest.Response, 1)
+	go func() { notified <- s.SignedNotify(body) }()
+	time.Sleep(300 * time.Millisecond) // the copy holds the payment's key, inside its delay
+
+	r := cancelOrder(s, o.OrderID, "cs-cancel")
+	apptest.WantProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+	if st := s.Order(t, o.OrderID).Status; st != order.PendingPayment {
+		t.Fatalf("order is %s while its payment was being applied, want PENDING_PAYMENT", st)
+	}
+	if n := <-notified; n.Status != http.StatusOK {
+		t.Fatalf("the notification: %s", n)
+	}
+	apptest.WantProblem(t, cancelOrder(s, o.OrderID, "cs-cancel"), http.StatusConflict, "illegal_state")
+	if st := s.Order(t, o.OrderID).Status; st != order.Paid {
+		t.Errorf("order is %s, want PAID", st)
 	}
 }

@@ -201,9 +201,7 @@ func (t *Trades) BeforeCancel(ctx context.Context, userID, id int64) error {
 		}
 		return t.markClosed(ctx, id) // the call that would have opened it is over and never reached the channel
 	case err != nil:
-		// The channel did not answer, or said SUCCESS and applying it failed (a copy of its
-		// notification holds the key, say): the retry asks again.
-		return fmt.Errorf("%w (order %d: %w)", ErrChannelUnavailable, id, err)
+		return cancelRetry(id, paid, err)
 	case paid:
 		return nil
 	}
@@ -214,15 +212,34 @@ func (t *Trades) BeforeCancel(ctx context.Context, userID, id int64) error {
 	case errors.Is(err, channel.ErrTradePaid):
 		// The buyer paid between the query and the close: apply it; the cancel then finds PAID.
 		if _, paid, _, err = t.settleIfPaid(ctx, id); err == nil && !paid {
-			err = fmt.Errorf("the channel answered trade_paid, then its query did not say SUCCESS")
+			err = errors.New("the channel answered trade_paid, then its query did not say SUCCESS")
 		}
 		if err != nil {
-			return fmt.Errorf("%w (order %d: %w)", ErrChannelUnavailable, id, err)
+			return cancelRetry(id, paid, err)
 		}
 		return nil
 	default:
-		return fmt.Errorf("%w (closing the trade of order %d: %w)", ErrChannelUnavailable, id, err)
+		return cancelRetry(id, false, err)
 	}
+}
+
+// ErrPaymentSettling answers a cancel of an order the buyer has paid at the channel, whose
+// payment could not be applied just now (a copy of its notification holds the key, say).
+var ErrPaymentSettling = apperr.ErrUnavailable.Withf("the buyer has paid this order at the channel and the payment is being applied; retry with the same Idempotency-Key")
+
+// cancelRetry is the 503 of a cancel that BeforeCancel could not settle: the database down
+// answers as such; a payment that could not be applied yet is ErrPaymentSettling, and
+// anything else the channel's ErrChannelUnavailable. The cause is kept in the message but not
+// in the chain, so that an error of the payment's own key (its lease in use) is not taken for
+// one of the cancel's.
+func cancelRetry(id int64, paid bool, err error) error {
+	switch {
+	case database.IsUnavailable(err):
+		return err
+	case paid:
+		return fmt.Errorf("%w (order %d: %v)", ErrPaymentSettling, id, err)
+	}
+	return fmt.Errorf("%w (order %d: %v)", ErrChannelUnavailable, id, err)
 }
 
 // markClosed marks order id's trade CLOSED: the channel confirmed that it cannot be paid.
