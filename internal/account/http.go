@@ -92,16 +92,9 @@ func (h *Handler) AccountRoutes() chi.Router {
 // NotifyKey is the idempotency key of a recharge notification: the channel's own business
 // key, channel + trade_no, never a header or a request id, so that every copy of one payment
 // (channel retry, gateway retry, redelivery) converges on one dedup record (I1, I2).
-//
-// A notification whose status is not SUCCESS is keyed apart (trade_no#STATUS): it changes
-// nothing, and keyed on trade_no alone its stored answer would make the later SUCCESS of the
-// same trade_no a key reused with another body (422) — a payment never credited.
+// A status other than SUCCESS is keyed apart (idemhttp.NotificationKey).
 func (n Notification) NotifyKey() idempotent.Key {
-	key := idempotent.Key{Scope: "channel:" + n.Channel, BizType: "recharge.notify", BizKey: n.TradeNo}
-	if n.Status != ChannelStatusSuccess {
-		key.BizKey += "#" + n.Status
-	}
-	return key
+	return idemhttp.NotificationKey(n.Channel, "recharge.notify", n.TradeNo, n.Status, ChannelStatusSuccess)
 }
 
 // createRecharge serves POST /v1/recharges {"amount":N}: 201 with the PENDING recharge. The

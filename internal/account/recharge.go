@@ -96,13 +96,14 @@ func (n Notification) Validate() error {
 	if err := web.CheckChannel("channel", n.Channel); err != nil {
 		return err
 	}
+	if err := web.CheckStatus("status", n.Status); err != nil {
+		return err
+	}
 	switch {
 	case n.TradeNo == "" || len(n.TradeNo) > 128:
 		return apperr.ErrInvalidRequest.Withf("trade_no is required, 1..128 characters")
 	case n.OutTradeNo == "":
 		return apperr.ErrInvalidRequest.Withf("out_trade_no is required: the recharge_id")
-	case n.Status == "" || len(n.Status) > 32:
-		return apperr.ErrInvalidRequest.Withf("status is required, 1..32 characters")
 	case n.Amount < 1 || n.Amount > MaxAmount:
 		return ErrInvalidAmount
 	}

@@ -289,3 +289,30 @@ func TestTripleDeliveryTwoReplicas(t *testing.T) {
 	}
 	wantPaidOnce(t, a, o, "alipay", tradeNo, before)
 }
+
+// TestStatusReportNeverTakesAnotherTradesKey: a channel reports trade "X" as WAIT_PAY (keyed
+// apart, it changes nothing), then pays the order under trade number "X#WAIT_PAY" — a number
+// is the channel's to choose. Before, both reports were keyed "X#WAIT_PAY": the payment got
+// 422 idempotency_key_reused on every retry and was never applied. Now the status lives in
+// the key's scope (idemhttp.NotificationKey) and the payment applies once.
+func TestStatusReportNeverTakesAnotherTradesKey(t *testing.T) {
+	s := apptest.Start(t)
+	o := s.CreateOrder(t, apptest.AliceKey, "status-order", basket...)
+	wait := apptest.Notification(o, "alipay", "X-"+o.OrderID)
+	wait.Status = "WAIT_PAY"
+	apptest.Must(t, s.NotifyUntilDone(apptest.JSON(wait)), http.StatusOK)
+	if st := s.Order(t, o.OrderID).Status; st != order.PendingPayment {
+		t.Fatalf("order is %s after a WAIT_PAY report, want PENDING_PAYMENT", st)
+	}
+	paid := apptest.Notification(o, "alipay", wait.TradeNo+"#WAIT_PAY")
+	apptest.Must(t, s.NotifyUntilDone(apptest.JSON(paid)), http.StatusOK)
+	got := s.Order(t, o.OrderID)
+	if got.Status != order.Paid || got.TradeNo == nil || *got.TradeNo != paid.TradeNo {
+		t.Errorf("order is %s paid by %v, want PAID by %s", got.Status, got.TradeNo, paid.TradeNo)
+	}
+	// The WAIT_PAY report again changes nothing and is answered from its own record.
+	again := s.SignedNotify(apptest.JSON(wait))
+	if again.Status != http.StatusOK || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the WAIT_PAY report's copy: %s, want 200 replayed", again)
+	}
+}

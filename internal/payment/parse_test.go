@@ -44,6 +44,12 @@ func TestParse(t *testing.T) {
 		{"invalidNoStatus", strings.Replace(ok, `"status":"SUCCESS"`, `"status":""`, 1), false},
 		{"validOtherStatus", strings.Replace(ok, `"status":"SUCCESS"`, `"status":"`+strings.Repeat("W", 32)+`"`, 1), true},
 		{"invalidLongStatus", strings.Replace(ok, `"status":"SUCCESS"`, `"status":"`+strings.Repeat("W", 33)+`"`, 1), false},
+		{"validStatusLowerDigits", strings.Replace(ok, `"status":"SUCCESS"`, `"status":"wait_pay_2"`, 1), true},
+		{"invalidStatusColon", strings.Replace(ok, `"status":"SUCCESS"`, `"status":"WAIT:PAY"`, 1), false},
+		{"invalidStatusHash", strings.Replace(ok, `"status":"SUCCESS"`, `"status":"WAIT#PAY"`, 1), false},
+		{"invalidStatusSpace", strings.Replace(ok, `"status":"SUCCESS"`, `"status":"SUCCESS "`, 1), false},
+		{"invalidStatusNonASCII", strings.Replace(ok, `"status":"SUCCESS"`, `"status":"SUCCÉS"`, 1), false},
+		{"validTradeNoWithHash", strings.Replace(ok, `"trade_no":"T1"`, `"trade_no":"T1#WAIT_PAY"`, 1), true},
 		{"invalidUnknownField", strings.Replace(ok, `}`, `,"x":1}`, 1), false},
 		{"invalidTrailingData", ok + `{}`, false},
 		{"invalidEmpty", ``, false},
@@ -55,8 +61,12 @@ func TestParse(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Parse: %v, want a notification", err)
 				}
-				if n.Key().Scope != "channel:"+n.Channel || !strings.HasPrefix(n.Key().BizKey, n.TradeNo) {
-					t.Errorf("key %+v, want channel:%s / %s…", n.Key(), n.Channel, n.TradeNo)
+				scope := "channel:" + n.Channel
+				if n.Status != payment.StatusSuccess {
+					scope += "#" + n.Status
+				}
+				if k := n.Key(); k.Scope != scope || k.BizType != payment.BizType || k.BizKey != n.TradeNo {
+					t.Errorf("key %+v, want %s / %s / %s", k, scope, payment.BizType, n.TradeNo)
 				}
 				return
 			}

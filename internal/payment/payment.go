@@ -58,6 +58,9 @@ func Parse(body []byte) (Notification, error) {
 	if err := web.CheckChannel("channel", n.Channel); err != nil {
 		return Notification{}, err
 	}
+	if err := web.CheckStatus("status", n.Status); err != nil {
+		return Notification{}, err
+	}
 	switch {
 	case n.TradeNo == "" || len(n.TradeNo) > 128:
 		return Notification{}, apperr.ErrInvalidRequest.Withf("trade_no must be 1..128 characters")
@@ -65,21 +68,14 @@ func Parse(body []byte) (Notification, error) {
 		return Notification{}, apperr.ErrInvalidRequest.Withf("out_trade_no is required")
 	case n.Amount < 1 || n.Amount > 10_000_000_000:
 		return Notification{}, apperr.ErrInvalidRequest.Withf("amount must be 1..10^10 cents")
-	case n.Status == "" || len(n.Status) > 32:
-		return Notification{}, apperr.ErrInvalidRequest.Withf("status must be 1..32 characters")
 	}
 	return n, nil
 }
 
-// Key is the business idempotency key of a notification: channel + trade_no. A notification
-// whose status is not SUCCESS (a channel may report WAIT_PAY before SUCCESS) is keyed apart,
-// trade_no#STATUS, so that its stored answer never turns the later SUCCESS into a mismatch.
+// Key is the business idempotency key of a notification: channel + trade_no, a status other
+// than SUCCESS keyed apart (idemhttp.NotificationKey).
 func (n Notification) Key() idempotent.Key {
-	key := n.TradeNo
-	if n.Status != StatusSuccess {
-		key += "#" + n.Status
-	}
-	return idempotent.Key{Scope: "channel:" + n.Channel, BizType: BizType, BizKey: key}
+	return idemhttp.NotificationKey(n.Channel, BizType, n.TradeNo, n.Status, StatusSuccess)
 }
 
 // Payment is a row of payments.

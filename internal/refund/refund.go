@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -108,6 +109,9 @@ func Parse(body []byte) (Notification, error) {
 	if err := web.CheckChannel("channel", n.Channel); err != nil {
 		return Notification{}, err
 	}
+	if err := web.CheckStatus("status", n.Status); err != nil {
+		return Notification{}, err
+	}
 	switch {
 	case n.RefundNo == "" || len(n.RefundNo) > 128:
 		return Notification{}, apperr.ErrInvalidRequest.Withf("refund_no must be 1..128 characters")
@@ -115,21 +119,14 @@ func Parse(body []byte) (Notification, error) {
 		return Notification{}, apperr.ErrInvalidRequest.Withf("out_refund_no must be 1..128 characters")
 	case n.Amount < 1 || n.Amount > 10_000_000_000:
 		return Notification{}, apperr.ErrInvalidRequest.Withf("amount must be 1..10^10 cents")
-	case n.Status == "" || len(n.Status) > 32:
-		return Notification{}, apperr.ErrInvalidRequest.Withf("status must be 1..32 characters")
 	}
 	return n, nil
 }
 
-// Key is the business key of a refund notification: channel + refund_no. A status other than
-// SUCCESS is keyed apart (refund_no#STATUS), like payments, so that a PROCESSING report never
-// turns the later SUCCESS into a mismatch.
+// Key is the business key of a refund notification: channel + refund_no, a status other than
+// SUCCESS keyed apart (idemhttp.NotificationKey), like payments.
 func (n Notification) Key() idempotent.Key {
-	key := n.RefundNo
-	if n.Status != channelSuccess {
-		key += "#" + n.Status
-	}
-	return idempotent.Key{Scope: "channel:" + n.Channel, BizType: BizType, BizKey: key}
+	return idemhttp.NotificationKey(n.Channel, BizType, n.RefundNo, n.Status, channelSuccess)
 }
 
 // target is the status a notification's channel status ends a refund in, if any.

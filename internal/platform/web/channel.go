@@ -37,3 +37,23 @@ func CheckChannel(field, name string) error {
 	}
 	return apperr.ErrInvalidRequest.Withf("field %q must be a channel name in canonical form: a lowercase letter, then up to 31 lowercase letters, digits or underscores (^[a-z][a-z0-9_]{0,31}$)", field)
 }
+
+// MaxStatusLen is the longest status a channel's notification may carry: 32 bytes.
+const MaxStatusLen = 32
+
+// CheckStatus checks the status of a channel's notification: 1 to 32 ASCII letters, digits or
+// underscores (^[A-Za-z0-9_]{1,32}$), the form every channel's statuses take (SUCCESS,
+// WAIT_BUYER_PAY, TRADE_CLOSED, PROCESSING). Anything else is 400 invalid_request naming
+// field. A status other than the final one is part of its notification's key
+// (idemhttp.NotificationKey), so it must never hold a separator of that key.
+func CheckStatus(field, status string) error {
+	ok := len(status) > 0 && len(status) <= MaxStatusLen
+	for i := 0; ok && i < len(status); i++ {
+		c := status[i]
+		ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'
+	}
+	if ok {
+		return nil
+	}
+	return apperr.ErrInvalidRequest.Withf("field %q must be 1..%d letters, digits or underscores (^[A-Za-z0-9_]{1,%d}$)", field, MaxStatusLen, MaxStatusLen)
+}

@@ -31,3 +31,20 @@ func TestCheckChannel(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckStatus: a notification's status is 1..32 letters, digits or underscores — every
+// channel status there is — and nothing that could act as a separator of its key.
+func TestCheckStatus(t *testing.T) {
+	for _, s := range []string{"SUCCESS", "WAIT_BUYER_PAY", "TRADE_CLOSED", "PROCESSING", "success", "S", "REFUND_2", strings.Repeat("W", 32)} {
+		if err := web.CheckStatus("status", s); err != nil {
+			t.Errorf("%q refused: %v", s, err)
+		}
+	}
+	for _, s := range []string{"", "WAIT:PAY", "WAIT#PAY", "SUCCESS ", " SUCCESS", "WAIT-PAY", "WAIT.PAY", "SUCCÉS", "{SUCCESS}", "SUCCESS\x00", strings.Repeat("W", 33)} {
+		err := web.CheckStatus("status", s)
+		e, ok := apperr.As(err)
+		if err == nil || !ok || !errors.Is(err, apperr.ErrInvalidRequest) || !strings.Contains(e.Detail, `"status"`) {
+			t.Errorf("%q: %v, want invalid_request naming \"status\"", s, err)
+		}
+	}
+}
