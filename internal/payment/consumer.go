@@ -2,8 +2,6 @@ package payment
 
 import (
 	"context"
-	"crypto/hmac"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"sync/atomic"
@@ -188,9 +186,7 @@ func (c *Consumer) admit(m kafka.Message) (Notification, string) {
 	if sig == "" {
 		return Notification{}, ReasonUnsigned
 	}
-	got, err := hex.DecodeString(sig)
-	want, _ := hex.DecodeString(web.Sign(string(c.secret), m.Value))
-	if err != nil || !hmac.Equal(got, want) {
+	if !web.ValidSignature(string(c.secret), m.Value, sig) {
 		return Notification{}, ReasonInvalidSignature
 	}
 	n, err := Parse(m.Value)

@@ -103,6 +103,7 @@ func TestConsumerRejects(t *testing.T) {
 	want := map[string]string{
 		tradeB + " " + string(paysB):    payment.ReasonUnsigned,
 		tradeB + "x " + string(paysB):   payment.ReasonInvalidSignature,
+		tradeB + "X " + string(paysB):   payment.ReasonInvalidSignature,
 		tradeA + " " + string(reused):   payment.ReasonKeyReused,
 		tradeA + " " + string(conflict): payment.ReasonTradeConflict,
 		tradeB + " " + string(garbage):  payment.ReasonUnparseable + ": ",
@@ -110,6 +111,8 @@ func TestConsumerRejects(t *testing.T) {
 	publish(t, w, tradeB, paysB)
 	publish(t, w, tradeB, paysB, kafka.Header{Key: web.HeaderSignature, Value: nil})
 	publish(t, w, tradeB+"x", paysB, signature("another-secret", paysB))
+	// The right MAC in uppercase hex: not the contract's one form (lowercase), refused too.
+	publish(t, w, tradeB+"X", paysB, kafka.Header{Key: web.HeaderSignature, Value: []byte(strings.ToUpper(web.Sign(secret, paysB)))})
 	publish(t, w, tradeA, reused, signature(secret, reused))
 	publish(t, w, tradeA, conflict, signature(secret, conflict))
 	publish(t, w, tradeA, conflict, signature(secret, conflict))

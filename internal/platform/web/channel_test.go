@@ -2,6 +2,8 @@ package web_test
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -46,5 +48,25 @@ func TestCheckStatus(t *testing.T) {
 		if err == nil || !ok || !errors.Is(err, apperr.ErrInvalidRequest) || !strings.Contains(e.Detail, `"status"`) {
 			t.Errorf("%q: %v, want invalid_request naming \"status\"", s, err)
 		}
+	}
+}
+
+// TestSignatureOneForm: X-Signature is the lowercase hex HMAC-SHA256 of the raw body
+// (CONTRACT.md); the same MAC spelled in uppercase, with a space or cut short is refused,
+// like a wrong one.
+func TestSignatureOneForm(t *testing.T) {
+	body := []byte(`{"channel":"simpay"}`)
+	right := web.Sign("secret", body)
+	if !web.ValidSignature("secret", body, right) {
+		t.Fatalf("the lowercase signature %q refused", right)
+	}
+	for _, sig := range []string{strings.ToUpper(right), " " + right, right + " ", right[:62], "", web.Sign("other", body)} {
+		if web.ValidSignature("secret", body, sig) {
+			t.Errorf("signature %q accepted", sig)
+		}
+		req := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(string(body)))
+		req.Header.Set(web.HeaderSignature, sig)
+		res := serve(web.RequireSignature("secret")(ok), req)
+		readProblem(t, res, http.StatusUnauthorized, "invalid_signature")
 	}
 }

@@ -19,8 +19,15 @@ func Sign(secret string, body []byte) string {
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
+// ValidSignature reports whether signature is the HMAC-SHA256 of body under secret in its one
+// form, lowercase hex (CONTRACT.md), compared in constant time. An uppercase or padded
+// spelling of the right MAC is refused like a wrong one: one form, as for channel names.
+func ValidSignature(secret string, body []byte, signature string) bool {
+	return hmac.Equal([]byte(signature), []byte(Sign(secret, body)))
+}
+
 // RequireSignature lets through only requests whose X-Signature is the HMAC-SHA256 of the raw
-// body under secret, compared in constant time; others get 401 invalid_signature.
+// body under secret (ValidSignature); others get 401 invalid_signature.
 func RequireSignature(secret string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -29,9 +36,7 @@ func RequireSignature(secret string) func(http.Handler) http.Handler {
 				WriteError(w, r, err)
 				return
 			}
-			got, err := hex.DecodeString(r.Header.Get(HeaderSignature))
-			want, _ := hex.DecodeString(Sign(secret, body))
-			if err != nil || !hmac.Equal(got, want) {
+			if !ValidSignature(secret, body, r.Header.Get(HeaderSignature)) {
 				WriteError(w, r, apperr.ErrInvalidSignature)
 				return
 			}
