@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,5 +293,52 @@ func TestCancelWhileItsPaymentIsBeingApplied(t *testing.T) {
 	apptest.WantProblem(t, cancelOrder(s, o.OrderID, "cs-cancel"), http.StatusConflict, "illegal_state")
 	if st := s.Order(t, o.OrderID).Status; st != order.Paid {
 		t.Errorf("order is %s, want PAID", st)
+	}
+}
+
+// TestAnOpeningTradeHoldsTheCancelAndTheClose: a trades row committed OPENING moments ago
+// stands for a call to the channel still under way — the channel does not know the trade
+// yet, but may in a moment. A cancel answers 503 (retry) and the close job leaves the expired
+// order open; once the longest call is over (channel.Client.CallBound), a trade that never
+// reached the channel holds neither back, and its row is marked CLOSED.
+func TestAnOpeningTradeHoldsTheCancelAndTheClose(t *testing.T) {
+	s := channelServer(t, func(c *config.Config) { c.OrderTTL = time.Second })
+	a := s.CreateOrder(t, apptest.AliceKey, "op-a-order", apptest.Item{SKU: "SKU-1002", Quantity: 1}) // cancelled
+	b := s.CreateOrder(t, apptest.AliceKey, "op-b-order", apptest.Item{SKU: "SKU-1002", Quantity: 1}) // left to expire
+	for _, o := range []order.View{a, b} {
+		now := time.Now().UTC()
+		row := payment.Trade{OrderID: s.Order(t, o.OrderID).ID, Channel: "simpay", OutTradeNo: o.OrderID, Amount: o.Amount,
+			Status: payment.TradeOpening, CreatedAt: now, UpdatedAt: now}
+		if err := s.DB.Create(&row).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := cancelOrder(s, a.OrderID, "op-a-cancel")
+	apptest.WantProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+	if !strings.Contains(r.Problem().Detail, "being opened") {
+		t.Errorf("503 detail %q, want the trade being opened", r.Problem().Detail)
+	}
+	time.Sleep(time.Until(s.Order(t, b.OrderID).ExpiresAt) + 100*time.Millisecond)
+	if n := s.RunCloseJob(t); n != 0 {
+		t.Fatalf("the close job closed %d orders while their trades were being opened, want 0", n)
+	}
+
+	// The calls are long over: nothing holds the cancel or the close back any more.
+	if err := s.DB.Model(&payment.Trade{}).Where("1 = 1").Update("updated_at", time.Now().UTC().Add(-time.Hour)).Error; err != nil {
+		t.Fatal(err)
+	}
+	apptest.Must(t, cancelOrder(s, a.OrderID, "op-a-cancel"), http.StatusOK)
+	if n := s.RunCloseJob(t); n != 1 {
+		t.Errorf("the close job closed %d orders, want 1", n)
+	}
+	for o, want := range map[string]order.Status{a.OrderID: order.Cancelled, b.OrderID: order.Closed} {
+		if st := s.Order(t, o).Status; st != want {
+			t.Errorf("order %s is %s, want %s", o, st, want)
+		}
+	}
+	var statuses []string
+	s.DB.Model(&payment.Trade{}).Pluck("status", &statuses)
+	if len(statuses) != 2 || statuses[0] != payment.TradeClosed || statuses[1] != payment.TradeClosed {
+		t.Errorf("trade rows %v, want both CLOSED", statuses)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/channel"
+	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -79,29 +81,73 @@ func (t *Trades) BeforeClose(ctx context.Context, id int64) (closeIt bool, err e
 	if err != nil || !has {
 		return err == nil, err
 	}
-	_, paid, _, err := t.settleIfPaid(ctx, id)
+	paid, err := t.makeUnpayable(ctx, id, row)
+	if err != nil {
+		return t.later(ctx, id, err)
+	}
+	return !paid, nil
+}
+
+// makeUnpayable makes order id's trade, described by row, one the buyer can no longer pay:
+// the question the close job and a cancel both ask before an order ends (I9). It queries the
+// trade and applies a SUCCESS as a payment (Settle): paid, the order must not end. Otherwise
+// it closes the trade at the channel — a trade_paid answer (the buyer paid in between) is
+// queried and applied — and marks the row CLOSED; a trade the channel does not know is gone
+// too, unless the call opening it may still be under way (ErrTradeOpening). Any other failure
+// is an error the caller answers (settleFailed): the close job asks again at its next run, a
+// cancel answers 503.
+func (t *Trades) makeUnpayable(ctx context.Context, id int64, row Trade) (paid bool, err error) {
+	_, paid, _, err = t.settleIfPaid(ctx, id)
 	switch {
 	case errors.Is(err, channel.ErrNotFound) && t.opening(row):
-		return t.later(ctx, id, errors.New("the call opening its trade may still be under way"))
+		return false, ErrTradeOpening
 	case errors.Is(err, channel.ErrNotFound):
-		return true, nil // the call that would have opened it never reached the channel
+		return false, t.markClosed(ctx, id) // the call that would have opened it is over and never reached the channel
 	case err != nil:
-		return t.later(ctx, id, err)
+		return paid, settleFailed(id, paid, err)
 	case paid:
-		return false, nil
+		return true, nil
 	}
 	_, err = t.client.CloseTrade(ctx, ids.Format(id))
 	switch {
 	case err == nil, errors.Is(err, channel.ErrNotFound):
-		return true, nil
+		return false, t.markClosed(ctx, id)
 	case errors.Is(err, channel.ErrTradePaid):
-		if _, paid, _, err = t.settleIfPaid(ctx, id); err != nil || !paid {
-			return t.later(ctx, id, fmt.Errorf("trade_paid, then the query said otherwise: %w", err))
+		if _, paid, _, err = t.settleIfPaid(ctx, id); err == nil && !paid {
+			err = errors.New("the channel answered trade_paid, then its query did not say SUCCESS")
 		}
-		return false, nil
+		if err != nil {
+			return paid, settleFailed(id, paid, err)
+		}
+		return true, nil
 	default:
-		return t.later(ctx, id, err)
+		return false, settleFailed(id, false, err)
 	}
+}
+
+// ErrPaymentSettling answers a cancel of an order the buyer has paid at the channel, whose
+// payment could not be applied just now (a copy of its notification holds the key, say).
+var ErrPaymentSettling = apperr.ErrUnavailable.Withf("the buyer has paid this order at the channel and the payment is being applied; retry with the same Idempotency-Key")
+
+// settleFailed is the error of a trade makeUnpayable could not settle: the database down as
+// such; a payment that could not be applied yet ErrPaymentSettling; anything else the
+// channel's ErrChannelUnavailable. The cause is kept in the message but not in the chain, so
+// that an error of the payment's own key (its lease in use) is never taken for one of the
+// caller's (a cancel's 409 idempotency_key_in_use).
+func settleFailed(id int64, paid bool, err error) error {
+	switch {
+	case database.IsUnavailable(err):
+		return err
+	case paid:
+		return fmt.Errorf("%w (order %d: %v)", ErrPaymentSettling, id, err)
+	}
+	return fmt.Errorf("%w (order %d: %v)", ErrChannelUnavailable, id, err)
+}
+
+// markClosed marks order id's trade CLOSED: the channel confirmed that it cannot be paid.
+func (t *Trades) markClosed(ctx context.Context, id int64) error {
+	return t.db.WithContext(ctx).Model(&Trade{}).Where("order_id = ?", id).
+		Updates(map[string]any{"status": TradeClosed, "updated_at": time.Now().UTC()}).Error
 }
 
 // opening reports whether a call that opens row's trade at the channel may still be under

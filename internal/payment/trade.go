@@ -172,13 +172,14 @@ func (t *Trades) PendingWithTrade(ctx context.Context, after int64, limit int) (
 
 // BeforeCancel makes sure that userID's order id, about to be cancelled, can no longer be paid
 // at the channel. It runs before the cancel's transaction, because it calls the channel, and
-// mirrors the close job (I9): a trade the buyer already paid is applied as a payment (Settle)
-// — the cancel then finds the order PAID and answers 409 illegal_state — and any other trade
-// is closed at the channel, then marked CLOSED here. Without this, a buyer could pay a
-// cancelled order, and were every notification of that payment lost, nothing but the daily
-// bill would find the money. An order that is not PENDING_PAYMENT, or has no trade, needs
-// nothing. A trade whose opening call may still be under way is ErrTradeOpening and an
-// indefinite channel ErrChannelUnavailable: 503, nothing stored, the retry asks again.
+// asks what the close job asks (makeUnpayable, I9): a trade the buyer already paid is applied
+// as a payment (Settle) — the cancel then finds the order PAID and answers 409 illegal_state
+// — and any other trade is closed at the channel and marked CLOSED. Without this, a buyer
+// could pay a cancelled order, and were every notification of that payment lost, nothing but
+// the daily bill would find the money. An order that is not PENDING_PAYMENT, or has no trade,
+// needs nothing. A trade whose opening call may still be under way is ErrTradeOpening, a payment not
+// applicable yet ErrPaymentSettling and an indefinite channel ErrChannelUnavailable: 503,
+// nothing stored, the retry asks again.
 func (t *Trades) BeforeCancel(ctx context.Context, userID, id int64) error {
 	o, err := t.orders.Get(ctx, userID, id)
 	switch {
@@ -193,59 +194,8 @@ func (t *Trades) BeforeCancel(ctx context.Context, userID, id int64) error {
 	if err != nil || !found || row.Status == TradeClosed {
 		return err
 	}
-	_, paid, _, err := t.settleIfPaid(ctx, id)
-	switch {
-	case errors.Is(err, channel.ErrNotFound):
-		if t.opening(row) {
-			return ErrTradeOpening
-		}
-		return t.markClosed(ctx, id) // the call that would have opened it is over and never reached the channel
-	case err != nil:
-		return cancelRetry(id, paid, err)
-	case paid:
-		return nil
-	}
-	_, err = t.client.CloseTrade(ctx, ids.Format(id))
-	switch {
-	case err == nil, errors.Is(err, channel.ErrNotFound):
-		return t.markClosed(ctx, id)
-	case errors.Is(err, channel.ErrTradePaid):
-		// The buyer paid between the query and the close: apply it; the cancel then finds PAID.
-		if _, paid, _, err = t.settleIfPaid(ctx, id); err == nil && !paid {
-			err = errors.New("the channel answered trade_paid, then its query did not say SUCCESS")
-		}
-		if err != nil {
-			return cancelRetry(id, paid, err)
-		}
-		return nil
-	default:
-		return cancelRetry(id, false, err)
-	}
-}
-
-// ErrPaymentSettling answers a cancel of an order the buyer has paid at the channel, whose
-// payment could not be applied just now (a copy of its notification holds the key, say).
-var ErrPaymentSettling = apperr.ErrUnavailable.Withf("the buyer has paid this order at the channel and the payment is being applied; retry with the same Idempotency-Key")
-
-// cancelRetry is the 503 of a cancel that BeforeCancel could not settle: the database down
-// answers as such; a payment that could not be applied yet is ErrPaymentSettling, and
-// anything else the channel's ErrChannelUnavailable. The cause is kept in the message but not
-// in the chain, so that an error of the payment's own key (its lease in use) is not taken for
-// one of the cancel's.
-func cancelRetry(id int64, paid bool, err error) error {
-	switch {
-	case database.IsUnavailable(err):
-		return err
-	case paid:
-		return fmt.Errorf("%w (order %d: %v)", ErrPaymentSettling, id, err)
-	}
-	return fmt.Errorf("%w (order %d: %v)", ErrChannelUnavailable, id, err)
-}
-
-// markClosed marks order id's trade CLOSED: the channel confirmed that it cannot be paid.
-func (t *Trades) markClosed(ctx context.Context, id int64) error {
-	return t.db.WithContext(ctx).Model(&Trade{}).Where("order_id = ?", id).
-		Updates(map[string]any{"status": TradeClosed, "updated_at": time.Now().UTC()}).Error
+	_, err = t.makeUnpayable(ctx, id, row)
+	return err
 }
 
 // CheckCancel runs in the cancel's transaction, after the order row was locked and moved to
