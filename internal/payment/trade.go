@@ -23,8 +23,9 @@ const (
 	TradeOpening = "OPENING"
 	// TradeOpen: the channel answered with its trade_no and pay_url.
 	TradeOpen = "OPEN"
-	// TradeClosed: a cancel closed the trade at the channel (or found that it never reached
-	// the channel); it can no longer be paid, and no new trade is opened for the order.
+	// TradeClosed: before its order ended — a cancel, the close job — the trade was closed at
+	// the channel, or found never to have reached it (makeUnpayable); it can no longer be
+	// paid, and no new trade is opened for the order.
 	TradeClosed = "CLOSED"
 )
 
