@@ -50,13 +50,13 @@ type Bills struct {
 	client    *channel.Client
 	channel   string
 	anomalies *anomaly.Recorder
-	payments  *payment.Trades
+	trades    *payment.Trades
 }
 
 // NewBills returns the bill reconciliation of the channel called name; trades applies a billed
 // payment that oncepay never heard of.
 func NewBills(db *gorm.DB, client *channel.Client, name string, anomalies *anomaly.Recorder, trades *payment.Trades) *Bills {
-	return &Bills{db: db, client: client, channel: name, anomalies: anomalies, payments: trades}
+	return &Bills{db: db, client: client, channel: name, anomalies: anomalies, trades: trades}
 }
 
 // Reconcile fetches the bill of day (UTC) and compares it, entry by entry, with what oncepay
@@ -76,10 +76,10 @@ func (b *Bills) Reconcile(ctx context.Context, day time.Time) (BillReport, error
 	}
 	rep := BillReport{Date: date, Mismatches: []Mismatch{}}
 	from, to := day.UTC().Truncate(24*time.Hour), day.UTC().Truncate(24*time.Hour).Add(24*time.Hour)
-	if err := b.trades(ctx, bill.Trades, from, to, &rep); err != nil {
+	if err := b.compareTrades(ctx, bill.Trades, from, to, &rep); err != nil {
 		return BillReport{}, err
 	}
-	if err := b.refunds(ctx, bill.Refunds, from, to, &rep); err != nil {
+	if err := b.compareRefunds(ctx, bill.Refunds, from, to, &rep); err != nil {
 		return BillReport{}, err
 	}
 	for _, m := range rep.Mismatches {
@@ -94,8 +94,8 @@ func (b *Bills) Reconcile(ctx context.Context, day time.Time) (BillReport, error
 	return rep, nil
 }
 
-// trades compares the bill's paid trades with the payments (and anomalies) of the day.
-func (b *Bills) trades(ctx context.Context, billed []channel.Trade, from, to time.Time, rep *BillReport) error {
+// compareTrades compares the bill's paid trades with the payments (and anomalies) of the day.
+func (b *Bills) compareTrades(ctx context.Context, billed []channel.Trade, from, to time.Time, rep *BillReport) error {
 	seen := map[string]bool{}
 	for _, t := range billed {
 		if t.Status != channel.TradeSuccess {
@@ -129,7 +129,7 @@ func (b *Bills) trades(ctx context.Context, billed []channel.Trade, from, to tim
 
 // settle applies the billed payment t that oncepay never heard of and says what it did.
 func (b *Bills) settle(ctx context.Context, t channel.Trade) string {
-	applied, err := b.payments.SettleBilled(ctx, t)
+	applied, err := b.trades.SettleBilled(ctx, t)
 	switch {
 	case err != nil:
 		slog.WarnContext(ctx, "reconcile-bills: a billed payment could not be applied; the next run tries again", "trade_no", t.TradeNo, "err", err)
@@ -156,8 +156,8 @@ func (b *Bills) knownPayment(ctx context.Context, tradeNo string) (int64, bool, 
 	return amounts[0], true, nil
 }
 
-// refunds compares the bill's refunds with the SUCCEEDED refunds of the day.
-func (b *Bills) refunds(ctx context.Context, billed []channel.Refund, from, to time.Time, rep *BillReport) error {
+// compareRefunds compares the bill's refunds with the SUCCEEDED refunds of the day.
+func (b *Bills) compareRefunds(ctx context.Context, billed []channel.Refund, from, to time.Time, rep *BillReport) error {
 	seen := map[string]bool{}
 	for _, r := range billed {
 		if r.Status != channel.RefundSuccess {
