@@ -65,7 +65,7 @@ func NewBills(db *gorm.DB, client *channel.Client, name string, anomalies *anoma
 // recorded that day. Each mismatch is recorded as an anomaly reconcile_<what>, once per kind,
 // channel and trade or refund number, however often the day is reconciled. A paid trade that
 // oncepay knows nothing of is also applied, through the notification's own path and key
-// (payment.Trades.SettleBilled): its order is paid if it still waits, and otherwise the
+// (payment.Trades.SettlePaid): its order is paid if it still waits, and otherwise the
 // payment is kept as paid_after_close, which is refunded automatically — money the channel
 // took is never left where only a person reading anomalies would find it.
 func (b *Bills) Reconcile(ctx context.Context, day time.Time) (BillReport, error) {
@@ -129,7 +129,7 @@ func (b *Bills) compareTrades(ctx context.Context, billed []channel.Trade, from,
 
 // settle applies the billed payment t that oncepay never heard of and says what it did.
 func (b *Bills) settle(ctx context.Context, t channel.Trade) string {
-	applied, err := b.trades.SettleBilled(ctx, t)
+	applied, err := b.trades.SettlePaid(ctx, t)
 	switch {
 	case err != nil:
 		slog.WarnContext(ctx, "reconcile-bills: a billed payment could not be applied; the next run tries again", "trade_no", t.TradeNo, "err", err)

@@ -21,19 +21,20 @@ func (t *Trades) notificationOf(ct channel.Trade) Notification {
 
 // settleIfPaid asks the channel about order id's trade and settles it when it is paid. paid
 // reports whether the channel says SUCCESS; applied whether this call moved the order.
-func (t *Trades) settleIfPaid(ctx context.Context, id int64) (ct channel.Trade, paid, applied bool, err error) {
-	ct, err = t.client.QueryTrade(ctx, ids.Format(id))
+func (t *Trades) settleIfPaid(ctx context.Context, id int64) (paid, applied bool, err error) {
+	ct, err := t.client.QueryTrade(ctx, ids.Format(id))
 	if err != nil || ct.Status != channel.TradeSuccess {
-		return ct, false, false, err
+		return false, false, err
 	}
-	applied, err = t.payments.Settle(ctx, t.guard, t.notificationOf(ct))
-	return ct, true, applied, err
+	applied, err = t.SettlePaid(ctx, ct)
+	return true, applied, err
 }
 
-// SettleBilled applies ct, a paid trade of the channel's bill that oncepay never heard of,
-// exactly as its notification would have been (Settle): the order is paid if it still waits
-// (applied = true), and otherwise the payment is kept as an anomaly for refund.
-func (t *Trades) SettleBilled(ctx context.Context, ct channel.Trade) (applied bool, err error) {
+// SettlePaid applies ct, a trade the channel says is paid — its query's answer, or a line of
+// its bill that oncepay never heard of — exactly as its notification would have been
+// (Settle): the order is paid if it still waits (applied = true), and otherwise the payment
+// is kept as an anomaly for refund.
+func (t *Trades) SettlePaid(ctx context.Context, ct channel.Trade) (applied bool, err error) {
 	return t.payments.Settle(ctx, t.guard, t.notificationOf(ct))
 }
 
@@ -52,7 +53,7 @@ func (t *Trades) Reconcile(ctx context.Context) (checked, applied int64, err err
 		for _, id := range pending {
 			after = id
 			checked++
-			_, _, moved, err := t.settleIfPaid(ctx, id)
+			_, moved, err := t.settleIfPaid(ctx, id)
 			switch {
 			case errors.Is(err, channel.ErrNotFound):
 				// The OPENING row of a call that never reached the channel: nothing to apply.
@@ -97,7 +98,7 @@ func (t *Trades) BeforeClose(ctx context.Context, id int64) (closeIt bool, err e
 // is an error the caller answers (settleFailed): the close job asks again at its next run, a
 // cancel answers 503.
 func (t *Trades) makeUnpayable(ctx context.Context, id int64, row Trade) (paid bool, err error) {
-	_, paid, _, err = t.settleIfPaid(ctx, id)
+	paid, _, err = t.settleIfPaid(ctx, id)
 	switch {
 	case errors.Is(err, channel.ErrNotFound) && t.opening(row):
 		return false, ErrTradeOpening
@@ -113,7 +114,7 @@ func (t *Trades) makeUnpayable(ctx context.Context, id int64, row Trade) (paid b
 	case err == nil, errors.Is(err, channel.ErrNotFound):
 		return false, t.markClosed(ctx, id)
 	case errors.Is(err, channel.ErrTradePaid):
-		if _, paid, _, err = t.settleIfPaid(ctx, id); err == nil && !paid {
+		if paid, _, err = t.settleIfPaid(ctx, id); err == nil && !paid {
 			err = errors.New("the channel answered trade_paid, then its query did not say SUCCESS")
 		}
 		if err != nil {
