@@ -197,14 +197,18 @@ func (s *Service) Pay(ctx context.Context, tx *gorm.DB, id int64, channel, trade
 	return true, o, s.stock.Apply(ctx, tx, inventory.Confirm, o.ID, lines(o))
 }
 
-// LockPayable returns order id with its row locked in tx, provided it can still be paid:
-// PENDING_PAYMENT and not expired; otherwise ErrIllegalState. Opening a channel trade commits
+// LockPayable returns userID's order id with its row locked in tx, provided it can still be
+// paid: PENDING_PAYMENT and not expired; otherwise ErrIllegalState. Another user's order is
+// ErrNotFound (as LockPaid). Opening a channel trade commits
 // its row under this lock, and a cancel changes the same row, so that whichever commits
 // second sees the other (payment.Trades.Open and CheckCancel).
-func (s *Service) LockPayable(ctx context.Context, tx *gorm.DB, id int64) (Order, error) {
+func (s *Service) LockPayable(ctx context.Context, tx *gorm.DB, userID, id int64) (Order, error) {
 	o, err := s.orders.Current(ctx, tx, id)
-	if err != nil {
+	switch {
+	case err != nil:
 		return Order{}, err
+	case o.UserID != userID:
+		return Order{}, ErrNotFound
 	}
 	if o.Status != PendingPayment || !time.Now().Before(o.ExpiresAt) {
 		return Order{}, ErrIllegalState.Withf("order %d is %s (expires %s); only an unexpired %s order can be paid",

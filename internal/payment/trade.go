@@ -96,10 +96,7 @@ func (t *Trades) trade(ctx context.Context, db *gorm.DB, id int64) (row Trade, f
 // it is idempotent by. The answer is recorded by Record, in the guard's transaction. An
 // indefinite call is ErrChannelUnavailable (I8): the retry asks again with the same number.
 func (t *Trades) Open(ctx context.Context, userID, id int64) (channel.Trade, error) {
-	if _, err := t.orders.Get(ctx, userID, id); err != nil {
-		return channel.Trade{}, err
-	}
-	o, err := t.commitOpening(ctx, id)
+	o, err := t.commitOpening(ctx, userID, id)
 	if err != nil {
 		return channel.Trade{}, err
 	}
@@ -116,16 +113,16 @@ func (t *Trades) Open(ctx context.Context, userID, id int64) (channel.Trade, err
 	return ct, nil
 }
 
-// commitOpening commits the OPENING trades row of order id, once — a second Open finds it
+// commitOpening commits the OPENING trades row of userID's order id, once — a second Open finds it
 // and only stamps updated_at, the start of its own call — while the order can be paid. It
 // runs with the order row locked (order.Service.LockPayable), the row a cancel changes: an
 // order cancelled first is refused here, and a cancel that comes second sees this row
 // (CheckCancel). A trade a cancel closed is not opened again.
-func (t *Trades) commitOpening(ctx context.Context, id int64) (order.Order, error) {
+func (t *Trades) commitOpening(ctx context.Context, userID, id int64) (order.Order, error) {
 	var o order.Order
 	err := t.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
-		if o, err = t.orders.LockPayable(ctx, tx, id); err != nil {
+		if o, err = t.orders.LockPayable(ctx, tx, userID, id); err != nil {
 			return err
 		}
 		row, found, err := t.trade(ctx, tx, id)
