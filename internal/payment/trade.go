@@ -203,12 +203,9 @@ func (t *Trades) BeforeCancel(ctx context.Context, userID, id int64) error {
 // read is a locking one: under REPEATABLE READ a plain SELECT could answer from a snapshot
 // older than the trade's commit.
 func (t *Trades) CheckCancel(ctx context.Context, tx *gorm.DB, id int64) error {
-	var rows []Trade
-	if err := database.ForUpdate(tx.WithContext(ctx)).Where("order_id = ?", id).Limit(1).Find(&rows).Error; err != nil {
-		return err
-	}
-	if len(rows) > 0 && rows[0].Status != TradeClosed {
+	row, found, err := t.trade(ctx, database.ForUpdate(tx), id)
+	if err == nil && found && row.Status != TradeClosed {
 		return ErrTradeOpening
 	}
-	return nil
+	return err
 }
