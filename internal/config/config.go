@@ -93,8 +93,9 @@ type Config struct {
 	CloseJobInterval time.Duration
 	// PurgeJobInterval is how often the purge-dedup-records job runs.
 	PurgeJobInterval time.Duration
-	// ChannelURL is the payment channel's base URL; empty means the embedded channel
-	// simulator, started in process on EmbeddedChannelAddr.
+	// ChannelURL is the payment channel's base URL; empty, or EmbeddedChannelURL, means the
+	// embedded channel simulator, started in process on EmbeddedChannelAddr. A real database
+	// needs it set: to a channel, or to EmbeddedChannelURL on purpose.
 	ChannelURL string
 	// EmbeddedChannelAddr is where the embedded channel simulator listens when ChannelURL is
 	// empty; its state is kept in DataDir/channelsim.json.
@@ -104,8 +105,19 @@ type Config struct {
 	ChannelSimSchedule []time.Duration
 	// PublicURL is oncepay's base URL as the channel reaches it: notify_url is built on it.
 	PublicURL string
-	// ChannelName is the channel's name in notifications and keys (channel + trade_no).
+	// ChannelName is the channel oncepay opens trades with (POST /v1/orders/{order_id}/payments):
+	// its name in notifications and keys (channel + trade_no). It is one of Channels; default
+	// simpay with the embedded simulator, else the first of ONCEPAY_CHANNELS.
 	ChannelName string
+	// Channels are the channels oncepay accepts reports from and calls (ONCEPAY_CHANNELS), each
+	// with its own base URL and secret. A report naming another channel is refused (400
+	// unknown_channel) and stores nothing; a payment is refunded through the channel that took
+	// it.
+	Channels []Channel
+	// SignatureTolerance is how far a report's signed timestamp may lie from the server's
+	// clock over HTTP (ONCEPAY_SIGNATURE_TOLERANCE); Kafka copies may be as old as
+	// MaxRedeliveryWindow.
+	SignatureTolerance time.Duration
 	// ChannelTimeout bounds each attempt of a call to the channel; a timeout is indefinite (I8).
 	ChannelTimeout time.Duration
 	// ChannelRetries is how many times an indefinite call is retried, with the same number.
@@ -118,11 +130,44 @@ type Config struct {
 	RefundJobInterval time.Duration
 }
 
+// Channel is one payment channel of ONCEPAY_CHANNELS.
+type Channel struct {
+	// Name is the channel's name in reports and keys, in canonical form (^[a-z][a-z0-9_]{0,31}$).
+	Name string
+	// URL is the channel's base URL (ONCEPAY_CHANNEL_URL_<NAME>, default ONCEPAY_CHANNEL_URL);
+	// empty means the embedded simulator.
+	URL string
+	// Secret signs its reports and oncepay's calls to it (ONCEPAY_CHANNEL_SECRET_<NAME>,
+	// default ONCEPAY_CHANNEL_SECRET).
+	Secret string
+}
+
 // DefaultChannelSimSchedule is the default ONCEPAY_CHANNEL_SIM_SCHEDULE.
 const DefaultChannelSimSchedule = "4m,10m,10m,1h,2h,6h,15h"
 
+// EmbeddedChannelURL is the value of ONCEPAY_CHANNEL_URL that asks for the embedded channel
+// simulator on purpose: with a real database, an empty ONCEPAY_CHANNEL_URL is a start-up
+// error, since a silent fake channel pays any order.
+const EmbeddedChannelURL = "embedded"
+
+// DefaultEmbeddedChannels is the default ONCEPAY_CHANNELS while the channel is the embedded
+// simulator: its own name and the two the walkthroughs use.
+const DefaultEmbeddedChannels = "simpay,alipay,wechat"
+
 // EmbeddedChannel reports whether the channel is the simulator started in process.
-func (c Config) EmbeddedChannel() bool { return c.ChannelURL == "" }
+func (c Config) EmbeddedChannel() bool {
+	return c.ChannelURL == "" || c.ChannelURL == EmbeddedChannelURL
+}
+
+// ChannelNamed returns the configured channel called name.
+func (c Config) ChannelNamed(name string) (Channel, bool) {
+	for _, ch := range c.Channels {
+		if ch.Name == name {
+			return ch, true
+		}
+	}
+	return Channel{}, false
+}
 
 // EmbeddedDB reports whether the database is the embedded SQLite file.
 func (c Config) EmbeddedDB() bool { return c.MySQLDSN == "" }
@@ -176,7 +221,6 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		return b
 	}
 
-	c.HTTPAddr = get("ONCEPAY_HTTP_ADDR", ":8080")
 	c.MySQLDSN = get("ONCEPAY_MYSQL_DSN", "")
 	c.DataDir = get("ONCEPAY_DATA_DIR", "./data")
 	redisAddrs, err := ParseRedisAddrs(get("ONCEPAY_REDIS_ADDR", ""))
@@ -200,6 +244,13 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	c.EmbeddedKafkaAddr = get("ONCEPAY_EMBEDDED_KAFKA_ADDR", "127.0.0.1:19092")
 	c.ChannelSecret = get("ONCEPAY_CHANNEL_SECRET", DevChannelSecret)
 	c.AdminKey = get("ONCEPAY_ADMIN_KEY", DevAdminKey)
+	// While the secrets are the public dev-* defaults, the server listens on loopback only:
+	// anyone who can reach it could sign reports and use the admin routes.
+	defaultAddr := ":8080"
+	if c.DevSecrets() {
+		defaultAddr = "127.0.0.1:8080"
+	}
+	c.HTTPAddr = get("ONCEPAY_HTTP_ADDR", defaultAddr)
 	c.SeedDemo = boolean("ONCEPAY_SEED_DEMO", strconv.FormatBool(c.MySQLDSN == ""))
 	c.OrderTTL = duration("ONCEPAY_ORDER_TTL", "15m")
 	c.LockTTL = duration("ONCEPAY_LOCK_TTL", "30s")
@@ -217,7 +268,17 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_SIM_SCHEDULE=%q: %w", rawSchedule, err))
 	}
 	c.PublicURL = strings.TrimRight(get("ONCEPAY_PUBLIC_URL", defaultPublicURL(c.HTTPAddr)), "/")
-	c.ChannelName = get("ONCEPAY_CHANNEL_NAME", "simpay")
+	c.SignatureTolerance = duration("ONCEPAY_SIGNATURE_TOLERANCE", "5m")
+	channels, err := parseChannels(c, lookup, get)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.Channels = channels
+	defaultName := "simpay"
+	if !c.EmbeddedChannel() && len(channels) > 0 {
+		defaultName = channels[0].Name
+	}
+	c.ChannelName = get("ONCEPAY_CHANNEL_NAME", defaultName)
 	c.ChannelTimeout = duration("ONCEPAY_CHANNEL_TIMEOUT", "5s")
 	rawRetries := get("ONCEPAY_CHANNEL_RETRIES", "3")
 	if c.ChannelRetries, err = strconv.Atoi(rawRetries); err != nil {
@@ -272,7 +333,7 @@ func (c Config) validate() []error {
 	if c.CloseJobInterval <= 0 || c.PurgeJobInterval <= 0 {
 		errs = append(errs, errors.New("ONCEPAY_CLOSE_JOB_INTERVAL and ONCEPAY_PURGE_JOB_INTERVAL must be positive"))
 	}
-	if c.ChannelURL != "" && !httpURL(c.ChannelURL) {
+	if !c.EmbeddedChannel() && !httpURL(c.ChannelURL) {
 		errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_URL=%q is not an http(s) URL: use a base URL such as https://channel.example.com, or leave it empty for the embedded simulator", c.ChannelURL))
 	}
 	if c.EmbeddedChannel() {
@@ -292,7 +353,23 @@ func (c Config) validate() []error {
 	if c.ReconcileJobInterval <= 0 || c.RefundJobInterval <= 0 {
 		errs = append(errs, errors.New("ONCEPAY_RECONCILE_JOB_INTERVAL and ONCEPAY_REFUND_JOB_INTERVAL must be positive"))
 	}
+	if c.ChannelURL == "" && !c.EmbeddedDB() {
+		errs = append(errs, errors.New("ONCEPAY_CHANNEL_URL is empty while ONCEPAY_MYSQL_DSN points at a real database: set the payment channel's base URL, or ONCEPAY_CHANNEL_URL=embedded to run the channel simulator on purpose (it pays any order on request: never in production)"))
+	}
+	if len(c.Channels) == 0 {
+		errs = append(errs, errors.New("ONCEPAY_CHANNELS is empty while ONCEPAY_CHANNEL_URL names a real channel: list the channels oncepay accepts reports from, such as alipay,wechat"))
+	} else if _, ok := c.ChannelNamed(c.ChannelName); !ok {
+		errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_NAME=%q is not one of ONCEPAY_CHANNELS (%s): trades are opened with a configured channel", c.ChannelName, c.channelList()))
+	}
+	if c.SignatureTolerance < time.Second {
+		errs = append(errs, fmt.Errorf("ONCEPAY_SIGNATURE_TOLERANCE=%s is too short: a report's clock and ours differ by more than that; use at least 1s (default 5m)", c.SignatureTolerance))
+	}
 	if !c.EmbeddedDB() {
+		for _, ch := range c.Channels {
+			if strings.HasPrefix(ch.Secret, "dev-") && ch.Secret != c.ChannelSecret {
+				errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_SECRET_%s is a dev-* value while ONCEPAY_MYSQL_DSN points at a real database: set a real secret", strings.ToUpper(ch.Name)))
+			}
+		}
 		if strings.HasPrefix(c.ChannelSecret, "dev-") {
 			errs = append(errs, errors.New("ONCEPAY_CHANNEL_SECRET is a dev-* default while ONCEPAY_MYSQL_DSN points at a real database: set a real secret"))
 		}
@@ -326,15 +403,89 @@ func (c Config) LogValue() slog.Value {
 		slog.String("chaos_payment_delay", c.ChaosPaymentDelay.String()),
 		slog.String("close_job_interval", c.CloseJobInterval.String()),
 		slog.String("purge_job_interval", c.PurgeJobInterval.String()),
-		slog.String("channel_url", orEmbedded(c.ChannelURL, c.EmbeddedChannelAddr)),
+		slog.String("channel_url", orEmbedded(strings.TrimPrefix(c.ChannelURL, EmbeddedChannelURL), c.EmbeddedChannelAddr)),
 		slog.Any("channel_sim_schedule", c.ChannelSimSchedule),
 		slog.String("public_url", c.PublicURL),
 		slog.String("channel_name", c.ChannelName),
+		slog.String("channels", c.channelsLogged()),
+		slog.String("signature_tolerance", c.SignatureTolerance.String()),
 		slog.String("channel_timeout", c.ChannelTimeout.String()),
 		slog.Int("channel_retries", c.ChannelRetries),
 		slog.String("reconcile_job_interval", c.ReconcileJobInterval.String()),
 		slog.String("refund_job_interval", c.RefundJobInterval.String()),
 	)
+}
+
+// parseChannels reads ONCEPAY_CHANNELS and each channel's ONCEPAY_CHANNEL_URL_<NAME> and
+// ONCEPAY_CHANNEL_SECRET_<NAME>. The list defaults to DefaultEmbeddedChannels while the
+// channel is the embedded simulator, and is required otherwise: oncepay never guesses which
+// channels may pay it.
+func parseChannels(c Config, lookup func(string) (string, bool), get func(name, def string) string) ([]Channel, error) {
+	def := ""
+	if c.EmbeddedChannel() {
+		def = DefaultEmbeddedChannels
+	}
+	raw := get("ONCEPAY_CHANNELS", def)
+	if raw == "" {
+		return nil, nil // validate says what to do
+	}
+	var out []Channel
+	seen := map[string]bool{}
+	for _, name := range strings.Split(raw, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case !validChannelName(name):
+			return nil, fmt.Errorf("ONCEPAY_CHANNELS element %q is not a channel name: use a lowercase letter, then up to 31 lowercase letters, digits or underscores", name)
+		case seen[name]:
+			return nil, fmt.Errorf("ONCEPAY_CHANNELS lists %q twice: list each channel once", name)
+		}
+		seen[name] = true
+		upper := strings.ToUpper(name)
+		ch := Channel{Name: name, Secret: get("ONCEPAY_CHANNEL_SECRET_"+upper, c.ChannelSecret)}
+		if !c.EmbeddedChannel() {
+			ch.URL = c.ChannelURL
+		}
+		if u, ok := lookup("ONCEPAY_CHANNEL_URL_" + upper); ok && strings.TrimSpace(u) != "" {
+			ch.URL = strings.TrimRight(strings.TrimSpace(u), "/")
+			if !httpURL(ch.URL) {
+				return nil, fmt.Errorf("ONCEPAY_CHANNEL_URL_%s=%q is not an http(s) URL: use the channel's base URL, such as https://openapi.alipay.com", upper, ch.URL)
+			}
+		}
+		out = append(out, ch)
+	}
+	return out, nil
+}
+
+// validChannelName is the canonical form of a channel name (web.ValidChannel has the same
+// rule for reports; config imports nothing of oncepay).
+func validChannelName(name string) bool {
+	if len(name) == 0 || len(name) > 32 || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		if c := name[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// channelList is the names of Channels, comma-separated.
+func (c Config) channelList() string {
+	names := make([]string, len(c.Channels))
+	for i, ch := range c.Channels {
+		names[i] = ch.Name
+	}
+	return strings.Join(names, ",")
+}
+
+// channelsLogged renders Channels for the log: each name with its base URL, never its secret.
+func (c Config) channelsLogged() string {
+	parts := make([]string, len(c.Channels))
+	for i, ch := range c.Channels {
+		parts[i] = ch.Name + "@" + orEmbedded(ch.URL, c.EmbeddedChannelAddr)
+	}
+	return strings.Join(parts, ",")
 }
 
 // ParseSchedule parses a comma list of positive durations, such as "4m,10m,1h".

@@ -39,7 +39,7 @@ func with(base map[string]string, extra map[string]string) map[string]string {
 // defaults is the configuration CONTRACT.md promises when no variable is set.
 func defaults() config.Config {
 	return config.Config{
-		HTTPAddr:            ":8080",
+		HTTPAddr:            "127.0.0.1:8080",
 		MySQLDSN:            "",
 		DataDir:             "./data",
 		RedisAddrs:          nil,
@@ -64,8 +64,14 @@ func defaults() config.Config {
 		EmbeddedChannelAddr: "127.0.0.1:18090",
 		ChannelSimSchedule: []time.Duration{4 * time.Minute, 10 * time.Minute, 10 * time.Minute,
 			time.Hour, 2 * time.Hour, 6 * time.Hour, 15 * time.Hour},
-		PublicURL:            "http://localhost:8080",
-		ChannelName:          "simpay",
+		PublicURL:   "http://127.0.0.1:8080",
+		ChannelName: "simpay",
+		Channels: []config.Channel{
+			{Name: "simpay", Secret: "dev-channel-secret"},
+			{Name: "alipay", Secret: "dev-channel-secret"},
+			{Name: "wechat", Secret: "dev-channel-secret"},
+		},
+		SignatureTolerance:   5 * time.Minute,
 		ChannelTimeout:       5 * time.Second,
 		ChannelRetries:       3,
 		ReconcileJobInterval: time.Minute,
@@ -102,6 +108,10 @@ var everyVariable = map[string]string{
 	"ONCEPAY_CHANNEL_SIM_SCHEDULE":   "1s, 2s",
 	"ONCEPAY_PUBLIC_URL":             "https://pay.example.com/",
 	"ONCEPAY_CHANNEL_NAME":           "alipay",
+	"ONCEPAY_CHANNELS":               "wechat, alipay",
+	"ONCEPAY_CHANNEL_URL_WECHAT":     "https://api.mch.weixin.example/",
+	"ONCEPAY_CHANNEL_SECRET_WECHAT":  "prod-wechat-secret",
+	"ONCEPAY_SIGNATURE_TOLERANCE":    "2m",
 	"ONCEPAY_CHANNEL_TIMEOUT":        "3s",
 	"ONCEPAY_CHANNEL_RETRIES":        "5",
 	"ONCEPAY_RECONCILE_JOB_INTERVAL": "2m",
@@ -110,33 +120,38 @@ var everyVariable = map[string]string{
 
 // everyVariableParsed is what everyVariable must parse to.
 var everyVariableParsed = config.Config{
-	HTTPAddr:             "127.0.0.1:9090",
-	MySQLDSN:             "app:pw@tcp(db:3306)/oncepay?parseTime=true",
-	DataDir:              "/var/lib/oncepay",
-	RedisAddrs:           []string{"redis:6379"},
-	EmbeddedRedisAddr:    "127.0.0.1:26379",
-	RedisDB:              15,
-	RedisPrefix:          "shop-eu:oncepay:",
-	KafkaBrokers:         []string{"k1:9092", "k2:9092"},
-	EmbeddedKafkaAddr:    "127.0.0.1:29092",
-	ChannelSecret:        "prod-channel-secret",
-	AdminKey:             "prod-admin-key",
-	SeedDemo:             true,
-	OrderTTL:             20 * time.Minute,
-	LockTTL:              45 * time.Second,
-	DedupRetention:       1000 * time.Hour,
-	MaxRedeliveryWindow:  96 * time.Hour,
-	RedisFailureMode:     config.RedisReject,
-	NodeID:               1023,
-	Lab:                  true,
-	ChaosPaymentDelay:    2 * time.Second,
-	CloseJobInterval:     5 * time.Second,
-	PurgeJobInterval:     10 * time.Minute,
-	ChannelURL:           "https://channel.example.com",
-	EmbeddedChannelAddr:  "127.0.0.1:28090",
-	ChannelSimSchedule:   []time.Duration{time.Second, 2 * time.Second},
-	PublicURL:            "https://pay.example.com",
-	ChannelName:          "alipay",
+	HTTPAddr:            "127.0.0.1:9090",
+	MySQLDSN:            "app:pw@tcp(db:3306)/oncepay?parseTime=true",
+	DataDir:             "/var/lib/oncepay",
+	RedisAddrs:          []string{"redis:6379"},
+	EmbeddedRedisAddr:   "127.0.0.1:26379",
+	RedisDB:             15,
+	RedisPrefix:         "shop-eu:oncepay:",
+	KafkaBrokers:        []string{"k1:9092", "k2:9092"},
+	EmbeddedKafkaAddr:   "127.0.0.1:29092",
+	ChannelSecret:       "prod-channel-secret",
+	AdminKey:            "prod-admin-key",
+	SeedDemo:            true,
+	OrderTTL:            20 * time.Minute,
+	LockTTL:             45 * time.Second,
+	DedupRetention:      1000 * time.Hour,
+	MaxRedeliveryWindow: 96 * time.Hour,
+	RedisFailureMode:    config.RedisReject,
+	NodeID:              1023,
+	Lab:                 true,
+	ChaosPaymentDelay:   2 * time.Second,
+	CloseJobInterval:    5 * time.Second,
+	PurgeJobInterval:    10 * time.Minute,
+	ChannelURL:          "https://channel.example.com",
+	EmbeddedChannelAddr: "127.0.0.1:28090",
+	ChannelSimSchedule:  []time.Duration{time.Second, 2 * time.Second},
+	PublicURL:           "https://pay.example.com",
+	ChannelName:         "alipay",
+	Channels: []config.Channel{
+		{Name: "wechat", URL: "https://api.mch.weixin.example", Secret: "prod-wechat-secret"},
+		{Name: "alipay", URL: "https://channel.example.com", Secret: "prod-channel-secret"},
+	},
+	SignatureTolerance:   2 * time.Minute,
 	ChannelTimeout:       3 * time.Second,
 	ChannelRetries:       5,
 	ReconcileJobInterval: 2 * time.Minute,
@@ -159,12 +174,17 @@ func TestLoadFromValid(t *testing.T) {
 		{name: "every variable parsed", vars: everyVariable, want: everyVariableParsed},
 		{
 			name: "seed defaults to false with a MySQL DSN",
-			vars: with(realSecrets, map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db:3306)/x"}),
+			vars: with(realSecrets, map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db:3306)/x", "ONCEPAY_CHANNEL_URL": "embedded"}),
 			want: func() config.Config {
 				c := defaults()
 				c.MySQLDSN = "u:p@tcp(db:3306)/x"
 				c.ChannelSecret, c.AdminKey = realSecrets["ONCEPAY_CHANNEL_SECRET"], realSecrets["ONCEPAY_ADMIN_KEY"]
 				c.SeedDemo = false
+				c.ChannelURL = "embedded"
+				c.HTTPAddr, c.PublicURL = ":8080", "http://localhost:8080"
+				for i := range c.Channels {
+					c.Channels[i].Secret = realSecrets["ONCEPAY_CHANNEL_SECRET"]
+				}
 				return c
 			}(),
 		},
@@ -272,12 +292,52 @@ func TestLoadFromInvalid(t *testing.T) {
 	}{
 		{
 			name: "channel settings, one line per problem",
-			vars: map[string]string{"ONCEPAY_CHANNEL_URL": "ftp://x", "ONCEPAY_PUBLIC_URL": "localhost:8080", "ONCEPAY_CHANNEL_RETRIES": "11"},
+			vars: map[string]string{"ONCEPAY_CHANNEL_URL": "ftp://x", "ONCEPAY_CHANNELS": "simpay", "ONCEPAY_PUBLIC_URL": "localhost:8080", "ONCEPAY_CHANNEL_RETRIES": "11"},
 			lines: [][]string{
 				{"ONCEPAY_CHANNEL_URL", "not an http(s) URL"},
 				{"ONCEPAY_PUBLIC_URL", "not an http(s) URL"},
 				{"ONCEPAY_CHANNEL_RETRIES=11", "0..10"},
 			},
+		},
+		{
+			name:  "a real database with no channel configured: no silent fake channel",
+			vars:  with(realSecrets, map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db)/x"}),
+			lines: [][]string{{"ONCEPAY_CHANNEL_URL is empty", "ONCEPAY_MYSQL_DSN", "ONCEPAY_CHANNEL_URL=embedded"}},
+		},
+		{
+			name:  "a real channel without its list of channels",
+			vars:  map[string]string{"ONCEPAY_CHANNEL_URL": "https://channel.example.com"},
+			lines: [][]string{{"ONCEPAY_CHANNELS is empty", "ONCEPAY_CHANNEL_URL"}},
+		},
+		{
+			name:  "a channel name not in canonical form",
+			vars:  map[string]string{"ONCEPAY_CHANNELS": "alipay,WeChat"},
+			lines: [][]string{{"ONCEPAY_CHANNELS", `"WeChat"`, "lowercase"}},
+		},
+		{
+			name:  "a channel listed twice",
+			vars:  map[string]string{"ONCEPAY_CHANNELS": "alipay, alipay"},
+			lines: [][]string{{"ONCEPAY_CHANNELS", `"alipay" twice`}},
+		},
+		{
+			name:  "the trade channel is not configured",
+			vars:  map[string]string{"ONCEPAY_CHANNELS": "alipay,wechat"},
+			lines: [][]string{{"ONCEPAY_CHANNEL_NAME=\"simpay\"", "not one of ONCEPAY_CHANNELS", "alipay,wechat"}},
+		},
+		{
+			name:  "a channel's own URL is not http",
+			vars:  map[string]string{"ONCEPAY_CHANNEL_URL_ALIPAY": "alipay.example"},
+			lines: [][]string{{"ONCEPAY_CHANNEL_URL_ALIPAY", "not an http(s) URL"}},
+		},
+		{
+			name:  "a dev secret for one channel with a MySQL DSN",
+			vars:  with(realSecrets, map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db)/x", "ONCEPAY_CHANNEL_URL": "embedded", "ONCEPAY_CHANNEL_SECRET_ALIPAY": "dev-alipay"}),
+			lines: [][]string{{"ONCEPAY_CHANNEL_SECRET_ALIPAY", "dev-*"}},
+		},
+		{
+			name:  "signature tolerance too short",
+			vars:  map[string]string{"ONCEPAY_SIGNATURE_TOLERANCE": "10ms"},
+			lines: [][]string{{"ONCEPAY_SIGNATURE_TOLERANCE", "at least 1s"}},
 		},
 		{
 			name:  "simulator schedule not a list of durations",
@@ -321,7 +381,7 @@ func TestLoadFromInvalid(t *testing.T) {
 		},
 		{
 			name: "dev secrets with a MySQL DSN",
-			vars: map[string]string{"ONCEPAY_MYSQL_DSN": "root:@tcp(127.0.0.1:3306)/x"},
+			vars: map[string]string{"ONCEPAY_MYSQL_DSN": "root:@tcp(127.0.0.1:3306)/x", "ONCEPAY_CHANNEL_URL": "embedded"},
 			lines: [][]string{
 				{"ONCEPAY_CHANNEL_SECRET", "dev-*", "ONCEPAY_MYSQL_DSN"},
 				{"ONCEPAY_ADMIN_KEY", "dev-*", "ONCEPAY_MYSQL_DSN"},
@@ -329,7 +389,7 @@ func TestLoadFromInvalid(t *testing.T) {
 		},
 		{
 			name:  "one dev secret left with a MySQL DSN",
-			vars:  map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db)/x", "ONCEPAY_ADMIN_KEY": "real-admin-key"},
+			vars:  map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db)/x", "ONCEPAY_ADMIN_KEY": "real-admin-key", "ONCEPAY_CHANNEL_URL": "embedded"},
 			lines: [][]string{{"ONCEPAY_CHANNEL_SECRET", "dev-*"}},
 		},
 		{
@@ -476,6 +536,7 @@ func TestLogValueMasksSecrets(t *testing.T) {
 	const password = "Pa55:w0rd"
 	cfg, err := config.LoadFrom(env(with(realSecrets, map[string]string{
 		"ONCEPAY_MYSQL_DSN":    "oncepay:" + password + "@tcp(db.internal:3306)/oncepay?parseTime=true",
+		"ONCEPAY_CHANNEL_URL":  "embedded",
 		"ONCEPAY_REDIS_DB":     "3",
 		"ONCEPAY_REDIS_PREFIX": "eu:",
 	})))
@@ -544,7 +605,7 @@ func TestLogValueDSNForms(t *testing.T) {
 		t.Run(tt.dsn, func(t *testing.T) {
 			vars := map[string]string{"ONCEPAY_MYSQL_DSN": tt.dsn}
 			if tt.dsn != "" {
-				vars = with(realSecrets, vars)
+				vars = with(realSecrets, with(vars, map[string]string{"ONCEPAY_CHANNEL_URL": "embedded"}))
 			}
 			cfg, err := config.LoadFrom(env(vars))
 			if err != nil {
@@ -597,7 +658,7 @@ func TestLogValueShowsEverySetting(t *testing.T) {
 	// Secrets are masked (TestLogValueMasksSecrets); an embedded address is shown only when
 	// the embedded server is in use, which everyVariable turns off.
 	skip := map[string]bool{
-		"MySQLDSN": true, "ChannelSecret": true, "AdminKey": true,
+		"MySQLDSN": true, "ChannelSecret": true, "AdminKey": true, "Channels": true,
 		"EmbeddedRedisAddr": true, "EmbeddedKafkaAddr": true, "EmbeddedChannelAddr": true,
 	}
 	v := reflect.ValueOf(cfg)
@@ -610,6 +671,44 @@ func TestLogValueShowsEverySetting(t *testing.T) {
 		if !logged[want] {
 			t.Errorf("LogValue does not show Config.%s (%s)", name, want)
 		}
+	}
+}
+
+// TestLogValueChannels checks that the logged channels name each channel and its base URL,
+// and never a channel's secret.
+func TestLogValueChannels(t *testing.T) {
+	cfg, err := config.LoadFrom(env(everyVariable))
+	if err != nil {
+		t.Fatalf("LoadFrom: %v", err)
+	}
+	got := logAttr(t, cfg, "channels")
+	if want := "wechat@https://api.mch.weixin.example,alipay@https://channel.example.com"; got != want {
+		t.Errorf("channels = %q, want %q", got, want)
+	}
+	for _, secret := range []string{"prod-wechat-secret", "prod-channel-secret"} {
+		if strings.Contains(got, secret[:5]) {
+			t.Errorf("channels = %q reveals a secret's prefix %q", got, secret[:5])
+		}
+	}
+	def, _ := config.LoadFrom(env(nil))
+	if got, want := logAttr(t, def, "channels"), "simpay@embedded@127.0.0.1:18090,alipay@embedded@127.0.0.1:18090,wechat@embedded@127.0.0.1:18090"; got != want {
+		t.Errorf("default channels = %q, want %q", got, want)
+	}
+}
+
+// TestHTTPAddrLoopbackWithDevSecrets checks that the server listens on loopback while the
+// public dev-* secrets are in use, and on every interface once both are real.
+func TestHTTPAddrLoopbackWithDevSecrets(t *testing.T) {
+	dev, _ := config.LoadFrom(env(nil))
+	if dev.HTTPAddr != "127.0.0.1:8080" {
+		t.Errorf("HTTPAddr with dev secrets = %q, want 127.0.0.1:8080", dev.HTTPAddr)
+	}
+	real, err := config.LoadFrom(env(realSecrets))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if real.HTTPAddr != ":8080" {
+		t.Errorf("HTTPAddr with real secrets = %q, want :8080", real.HTTPAddr)
 	}
 }
 
