@@ -123,6 +123,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	srv := &http.Server{
 		Handler:           sim.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		// A body that stalls is cut off: a slow client must not hold a connection forever.
+		ReadTimeout: 30 * time.Second,
 		// Requests see the signal too: an answer held by the timeout_after_apply fault is
 		// released at once instead of delaying the shutdown.
 		BaseContext: func(net.Listener) context.Context { return ctx },

@@ -16,7 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncepay/oncepay/internal/channelsim"
-	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/notify"
 	okafka "github.com/oncepay/oncepay/internal/platform/kafka"
 )
 
@@ -657,7 +657,7 @@ func (c *checker) checkOutbox(ctx context.Context) error {
 func (c *checker) checkKafka() {
 	var vs []string
 	if c.kafkaLag != 0 {
-		vs = append(vs, fmt.Sprintf("group %s is %d messages behind", payment.Group, c.kafkaLag))
+		vs = append(vs, fmt.Sprintf("group %s is %d messages behind", notify.Group, c.kafkaLag))
 	}
 	if c.dlq != 0 {
 		vs = append(vs, fmt.Sprintf("%d valid notifications went to the DLQ", c.dlq))
@@ -723,7 +723,7 @@ func kafkaBacklog(ctx context.Context, brokers []string) (lag, dlq int64, err er
 	if err != nil {
 		return 0, 0, err
 	}
-	committed, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: payment.Group, Topics: map[string][]int{okafka.TopicPaymentNotifications: parts[okafka.TopicPaymentNotifications]}})
+	committed, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: notify.Group, Topics: map[string][]int{okafka.TopicPaymentNotifications: parts[okafka.TopicPaymentNotifications]}})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/internal/channelsim"
-	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
@@ -258,7 +258,7 @@ func TestCheckKafka(t *testing.T) {
 		{"consumed", 0, 0, 0, ""},
 		{"lag", 3, 0, 1, "3 messages behind"},
 		{"dlq", 0, 2, 1, "2 valid notifications"},
-		{"lag and dlq", 1, 1, 2, payment.Group},
+		{"lag and dlq", 1, 1, 2, notify.Group},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

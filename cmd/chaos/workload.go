@@ -19,8 +19,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/oncepay/oncepay/internal/channelsim"
 	okafka "github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 )
 
 // clientTimeout is how long a client waits for one answer before it gives up and retries
@@ -71,6 +71,17 @@ type call struct {
 	body          []byte
 }
 
+// reportKind is the kind a report posted to path is signed for.
+func reportKind(path string) string {
+	switch path {
+	case "/v1/recharges/notify":
+		return "recharge"
+	case "/v1/refunds/notify":
+		return "refund"
+	}
+	return "trade"
+}
+
 // deliver sends c once to instance inst and records the answer.
 func (wl *workload) deliver(ctx context.Context, inst int, c call) *event {
 	e := &event{Kind: kindHTTP, Op: c.op, User: c.user, Key: c.key, Inst: inst, Method: c.method, Path: c.path, Req: string(c.body)}
@@ -92,7 +103,8 @@ func (wl *workload) deliver(ctx context.Context, inst int, c call) *event {
 		req.Header.Set("Idempotency-Key", c.idemKey)
 	}
 	if c.signed {
-		req.Header.Set("X-Signature", channelsim.Sign(wl.secret, c.body))
+		// Signed at each attempt, as a channel signs every attempt afresh.
+		req.Header.Set("X-Signature", reportsig.Sign(wl.secret, time.Now(), reportKind(c.path), c.body))
 	}
 	if len(c.body) > 0 {
 		req.Header.Set("Content-Type", "application/json")
@@ -312,7 +324,7 @@ func errSuffix(err error) string {
 // publish sends one signed copy of a payment notification to Kafka, keyed by trade_no.
 func (wl *workload) publish(ctx context.Context, tradeNo string, body []byte) {
 	m := kafka.Message{Key: []byte(tradeNo), Value: body, Headers: []kafka.Header{
-		{Key: "X-Signature", Value: []byte(channelsim.Sign(wl.secret, body))},
+		{Key: "X-Signature", Value: []byte(reportsig.Sign(wl.secret, time.Now(), "trade", body))},
 		{Key: okafka.HeaderRequestID, Value: []byte("chaos-" + randomHex(8))},
 	}}
 	wl.send(ctx, "notify", m)

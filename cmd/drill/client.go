@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -96,7 +94,7 @@ func (c *client) publish(ctx context.Context, key, requestID string, value []byt
 		Records: kafka.NewRecordReader(kafka.Record{
 			Key:     kafka.NewBytes([]byte(key)),
 			Value:   kafka.NewBytes(value),
-			Headers: []kafka.Header{{Key: "X-Request-Id", Value: []byte(requestID)}, {Key: "X-Signature", Value: []byte(sign(c.secret, value))}},
+			Headers: []kafka.Header{{Key: "X-Request-Id", Value: []byte(requestID)}, {Key: "X-Signature", Value: []byte(sign(c.secret, "trade", value))}},
 		}),
 	})
 	if err == nil {
@@ -140,12 +138,23 @@ func (c *client) close() {
 	}
 }
 
-// sign returns the X-Signature value of a notification: the lowercase hex HMAC-SHA256 of the
-// raw body with the channel secret, as CONTRACT.md specifies.
-func sign(secret, body []byte) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
+// sign returns the X-Signature value of a report of kind, signed now with the channel
+// secret (docs/contract.md): t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<kind>.<body>">.
+// Every attempt is signed afresh, as a channel does.
+func sign(secret []byte, kind string, body []byte) string {
+	return reportsig.Sign(string(secret), time.Now(), kind, body)
+}
+
+// kindOf is the kind a report posted to path is signed for: the lab's replicas take the same
+// signed copy as the real route they stand beside.
+func kindOf(path string) string {
+	switch {
+	case strings.Contains(path, "/recharges/"):
+		return "recharge"
+	case strings.Contains(path, "/refunds/"):
+		return "refund"
+	}
+	return "trade"
 }
 
 // call is one HTTP request as the contract describes it.
@@ -207,7 +216,7 @@ func (c *client) do(ctx context.Context, cl call) (answer, error) {
 		req.Header.Set("Idempotency-Key", cl.idemKey)
 	}
 	if cl.signed {
-		req.Header.Set("X-Signature", sign(c.secret, cl.body))
+		req.Header.Set("X-Signature", sign(c.secret, kindOf(cl.path), cl.body))
 	}
 	if cl.requestID != "" {
 		req.Header.Set("X-Request-Id", cl.requestID)

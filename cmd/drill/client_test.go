@@ -8,18 +8,27 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/segmentio/kafka-go"
 )
 
 // These are pure unit tests of the drill's client side; they need no oncepay server.
 
-func TestSignIsLowercaseHexHMACSHA256OfTheRawBody(t *testing.T) {
-	// The RFC 4231-style vector everyone knows: HMAC-SHA256("key", "The quick brown fox...").
-	got := sign([]byte("key"), []byte("The quick brown fox jumps over the lazy dog"))
-	want := "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8"
-	if got != want {
-		t.Fatalf("sign = %s, want %s", got, want)
+func TestSignCoversTimestampKindAndBody(t *testing.T) {
+	body := []byte(`{"channel":"drill"}`)
+	got := sign([]byte("key"), "recharge", body)
+	if err := reportsig.Verify("key", got, "recharge", body, time.Now(), time.Minute); err != nil {
+		t.Fatalf("sign = %s: %v", got, err)
+	}
+	if err := reportsig.Verify("key", got, "trade", body, time.Now(), time.Minute); err == nil {
+		t.Fatalf("sign = %s verifies as another kind", got)
+	}
+	for path, kind := range map[string]string{"/v1/payments/notify": "trade", "/lab/recharges/notify": "recharge", "/v1/refunds/notify": "refund"} {
+		if got := kindOf(path); got != kind {
+			t.Errorf("kindOf(%s) = %s, want %s", path, got, kind)
+		}
 	}
 }
 
@@ -44,7 +53,7 @@ func TestDoSignsTheExactBytesItSends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gotBody != string(body) || gotSig != sign([]byte("dev-channel-secret"), body) {
+	if gotBody != string(body) || reportsig.Verify("dev-channel-secret", gotSig, "trade", body, time.Now(), time.Minute) != nil {
 		t.Errorf("server saw body %q signature %q", gotBody, gotSig)
 	}
 	if gotKey != "idem" || gotAuth != "Bearer k" {

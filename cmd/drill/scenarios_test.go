@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 )
 
 // fakeOncepay stands in for the server with just what scenario I2 needs. It is a fake on
@@ -91,7 +93,7 @@ func (f *fakeOncepay) user(next http.HandlerFunc) http.HandlerFunc {
 func (f *fakeOncepay) signed(next func(http.ResponseWriter, notificationBody)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
-		if r.Header.Get("X-Signature") != sign([]byte(f.secret), raw) {
+		if reportsig.Verify(f.secret, r.Header.Get("X-Signature"), kindOf(r.URL.Path), raw, time.Now(), time.Minute) != nil {
 			problem(w, http.StatusUnauthorized, "invalid_signature")
 			return
 		}

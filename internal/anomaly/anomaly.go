@@ -7,8 +7,11 @@ package anomaly
 
 import (
 	"context"
+	"encoding/base64"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -30,9 +33,33 @@ const (
 	DuplicatePayment = "duplicate_payment"
 	// TradeConflict is a channel + trade_no that already belongs to one order or recharge,
 	// reported again for another one (I1: the key is the channel's trade, so a second owner
-	// is refused, never applied).
+	// is refused, never applied); or a refund_no reported for another refund.
 	TradeConflict = "trade_conflict"
+	// RefundStatusConflict is a refund the channel reported ended one way and then the other
+	// (FAILED, then SUCCESS): the refund keeps its first end, and the channel's last word is
+	// kept on the refund and here, for an operator.
+	RefundStatusConflict = "refund_status_conflict"
 )
+
+// Resolution says what happens about an anomaly's money (docs/contract.md).
+type Resolution string
+
+// The resolutions of an anomaly.
+const (
+	// Refunded: the payment went back to the buyer through its channel.
+	Refunded Resolution = "refunded"
+	// RefundPending: a refund is under way, or resume-refunds will open it at its next run.
+	RefundPending Resolution = "refund_pending"
+	// NeedsOperator: no channel can settle it automatically (the refund failed, the channel
+	// and oncepay disagree): an operator must act.
+	NeedsOperator Resolution = "needs_operator"
+	// None: there is nothing to give back (the money belongs to the number's owner).
+	None Resolution = "none"
+)
+
+// Refundable are the kinds whose payment goes back to the buyer automatically, exactly once
+// each: a refund row keyed by the anomaly.
+var Refundable = []string{PaidAfterClose, DuplicatePayment}
 
 // ErrTradeConflict answers a notification whose channel + trade_no already belongs to another
 // order or recharge (CONTRACT.md): 422, recorded as a TradeConflict anomaly.
@@ -78,10 +105,45 @@ func (r *Recorder) RecordAlone(ctx context.Context, a Anomaly) error {
 	return r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return r.Record(ctx, tx, a) })
 }
 
-// List returns the newest anomalies first, at most limit.
-func (r *Recorder) List(ctx context.Context, limit int) ([]Anomaly, error) {
-	var out []Anomaly
-	err := r.db.WithContext(ctx).Order("id DESC").Limit(limit).Find(&out).Error
+// Listed is an anomaly with what became of its money.
+type Listed struct {
+	Anomaly
+	// RefundID and RefundStatus are the refund opened for it, if any.
+	RefundID     *int64
+	RefundStatus *string
+}
+
+// Resolution is what happens about l's money: the state of its refund for the kinds that are
+// refunded automatically, an operator's attention for a disagreement nobody can settle alone.
+func (l Listed) Resolution() Resolution {
+	switch l.Kind {
+	case PaidAfterClose, DuplicatePayment:
+		switch {
+		case l.RefundStatus == nil:
+			return RefundPending
+		case *l.RefundStatus == "SUCCEEDED":
+			return Refunded
+		case *l.RefundStatus == "FAILED":
+			return NeedsOperator
+		}
+		return RefundPending
+	case TradeConflict:
+		return None
+	}
+	return NeedsOperator
+}
+
+// List returns up to limit anomalies with ids below before (0: from the newest), newest
+// first, each with its refund.
+func (r *Recorder) List(ctx context.Context, before int64, limit int) ([]Listed, error) {
+	q := r.db.WithContext(ctx).Table("anomalies").
+		Select("anomalies.*, refunds.id AS refund_id, refunds.status AS refund_status").
+		Joins("LEFT JOIN refunds ON refunds.anomaly_id = anomalies.id")
+	if before > 0 {
+		q = q.Where("anomalies.id < ?", before)
+	}
+	var out []Listed
+	err := q.Order("anomalies.id DESC").Limit(limit).Scan(&out).Error
 	return out, err
 }
 
@@ -97,12 +159,21 @@ type View struct {
 	Detail     string `json:"detail"`
 	RequestID  string `json:"request_id"`
 	CreatedAt  string `json:"created_at"`
+	// Resolution is what happens about the money (Listed.Resolution).
+	Resolution Resolution `json:"resolution"`
+	// RefundID is the refund opened for it, if any.
+	RefundID string `json:"refund_id,omitempty"`
 }
 
-func viewOf(a Anomaly) View {
+func viewOf(l Listed) View {
+	a := l.Anomaly
 	v := View{
 		ID: ids.Format(a.ID), Kind: a.Kind, Channel: a.Channel, TradeNo: a.TradeNo, Amount: a.Amount,
 		Detail: a.Detail, RequestID: a.RequestID, CreatedAt: a.CreatedAt.UTC().Format(time.RFC3339),
+		Resolution: l.Resolution(),
+	}
+	if l.RefundID != nil {
+		v.RefundID = ids.Format(*l.RefundID)
 	}
 	if a.OrderID != nil {
 		v.OrderID = ids.Format(*a.OrderID)
@@ -113,22 +184,71 @@ func viewOf(a Anomaly) View {
 	return v
 }
 
-// ListHandler serves GET /v1/admin/anomalies (?limit=N, default 100, at most 1000).
+// ListHandler serves GET /v1/admin/anomalies?limit=&cursor=: newest first, limit 1..1000
+// (default 100), paged by next_cursor, an opaque token (null on the last page). Any other
+// parameter, a second copy of one, or a value out of range is 400 invalid_request: a typo in
+// a filter must not silently list everything.
 func (r *Recorder) ListHandler(w http.ResponseWriter, req *http.Request) {
-	limit := 100
-	if s := req.URL.Query().Get("limit"); s != "" {
-		if n, err := strconv.Atoi(s); err == nil && n > 0 && n <= 1000 {
-			limit = n
-		}
-	}
-	list, err := r.List(req.Context(), limit)
+	limit, before, err := listParams(req.URL.Query())
 	if err != nil {
 		web.WriteError(w, req, err)
 		return
+	}
+	list, err := r.List(req.Context(), before, limit+1)
+	if err != nil {
+		web.WriteError(w, req, err)
+		return
+	}
+	var next *string
+	if len(list) > limit {
+		list = list[:limit]
+		c := encodeCursor(list[limit-1].ID)
+		next = &c
 	}
 	views := make([]View, len(list))
 	for i, a := range list {
 		views[i] = viewOf(a)
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]any{"anomalies": views})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"anomalies": views, "next_cursor": next})
+}
+
+// listParams reads limit and cursor, refusing anything else.
+func listParams(q url.Values) (limit int, before int64, err error) {
+	limit = 100
+	for name, values := range q {
+		if len(values) != 1 {
+			return 0, 0, apperr.ErrInvalidRequest.Withf("query parameter %q is given %d times; give it once", name, len(values))
+		}
+		v := values[0]
+		switch name {
+		case "limit":
+			n, perr := strconv.Atoi(v)
+			if perr != nil || n < 1 || n > 1000 {
+				return 0, 0, apperr.ErrInvalidRequest.Withf("limit must be an integer in 1..1000, got %q", v)
+			}
+			limit = n
+		case "cursor":
+			if before, err = decodeCursor(v); err != nil {
+				return 0, 0, err
+			}
+		default:
+			return 0, 0, apperr.ErrInvalidRequest.Withf("unknown query parameter %q: use limit and cursor", name)
+		}
+	}
+	return limit, before, nil
+}
+
+// The cursor is opaque to clients: the base64 of "a:<id>", the last anomaly of a page.
+func encodeCursor(id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("a:" + strconv.FormatInt(id, 10)))
+}
+
+func decodeCursor(c string) (int64, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	rest, ok := strings.CutPrefix(string(raw), "a:")
+	id, perr := strconv.ParseInt(rest, 10, 64)
+	if err != nil || !ok || perr != nil || id < 1 {
+		return 0, apperr.ErrInvalidRequest.Withf("cursor is not one this server gave: pass next_cursor unchanged")
+	}
+	return id, nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payment"
@@ -61,6 +62,8 @@ type App struct {
 
 	// Guard is the idempotency layer every forced-idempotent write goes through.
 	Guard *idempotent.Guard
+	// Reports is the inbound port of channel reports.
+	Reports *notify.Port
 	idem  *idemhttp.Adapter
 
 	anomalies *anomaly.Recorder
@@ -151,7 +154,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		LockTTL:            cfg.LockTTL,
 		Retention:          cfg.DedupRetention,
 		RejectWithoutRedis: cfg.RedisFailureMode == config.RedisReject,
-		BeforeWork:         chaosDelay(cfg.ChaosPaymentDelay, payment.BizType),
+		BeforeWork:         chaosDelay(cfg.ChaosPaymentDelay, notify.BizTypeTrade),
 		Classify:           database.Classify,
 		Reject:             idemhttp.StoredProblem,
 		NewID:              a.IDs.Next,
@@ -167,22 +170,48 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.recharges = account.NewRecharges(a.DB, a.IDs, account.NewLedger(a.DB, a.IDs), a.anomalies)
 	events := outbox.NewWriter(a.IDs)
 	a.orders = order.NewService(a.DB, a.IDs, inventory.NewMovements(a.IDs), events, cfg.OrderTTL)
-	a.payments = payment.NewService(a.DB, a.IDs, a.orders, a.anomalies)
+	a.payments = payment.NewService(a.IDs, a.orders, a.anomalies)
 
-	// The payment channel (outbound): the embedded simulator unless ONCEPAY_CHANNEL_URL is
-	// set, and the client whose timeouts are indefinite, never "failed" (I8). Trades are asked
-	// about before an order closes (I9); refunds follow recovery points (I8).
+	// The one inbound port for channel reports — trades, recharges, refunds; over HTTP, over
+	// Kafka, and from oncepay's own questions to the channel — each kind applied by its
+	// domain. Only configured channels are heard, each checked with its own secret.
+	secrets := map[string]string{}
+	for _, ch := range cfg.Channels {
+		secrets[ch.Name] = ch.Secret
+	}
+	a.Reports = notify.New(notify.Config{
+		Guard: a.Guard, DB: a.DB, Anomalies: a.anomalies, Secrets: secrets,
+		Tolerance: cfg.SignatureTolerance, KafkaWindow: cfg.MaxRedeliveryWindow,
+	}, map[notify.Kind]notify.Applier{
+		notify.Trade:    a.payments,
+		notify.Recharge: a.recharges,
+		notify.Refund:   refund.NewReports(a.orders, a.anomalies),
+	})
+
+	// The payment channels (outbound): each configured channel's client, whose timeouts are
+	// indefinite, never "failed" (I8) — the embedded simulator's unless ONCEPAY_CHANNEL_URL
+	// names a real channel. Trades are opened with ONCEPAY_CHANNEL_NAME and asked about before
+	// an order closes (I9); a refund goes through the channel that took the payment and follows
+	// recovery points (I8).
 	if a.ChannelURL, err = a.startChannel(cfg); err != nil {
 		return nil, err
 	}
-	client := channel.New(channel.Config{BaseURL: a.ChannelURL, Secret: cfg.ChannelSecret, Timeout: cfg.ChannelTimeout, Retries: uint64(cfg.ChannelRetries)})
-	a.trades = payment.NewTrades(a.DB, a.Guard, a.orders, a.payments, client, cfg.ChannelName, cfg.PublicURL+payment.Route)
-	a.refunds = refund.NewService(a.DB, a.IDs, a.Guard, a.orders, client, cfg.ChannelName, cfg.PublicURL+refund.Route)
+	clients := map[string]*channel.Client{}
+	for _, ch := range cfg.Channels {
+		base := ch.URL
+		if base == "" {
+			base = a.ChannelURL
+		}
+		clients[ch.Name] = channel.New(channel.Config{BaseURL: base, Secret: ch.Secret, Timeout: cfg.ChannelTimeout, Retries: uint64(cfg.ChannelRetries)})
+	}
+	client := clients[cfg.ChannelName]
+	a.trades = payment.NewTrades(a.DB, a.orders, client, cfg.ChannelName, cfg.PublicURL+notify.Routes[notify.Trade], a.Reports.Settle)
+	a.refunds = refund.NewService(a.DB, a.IDs, a.orders, clients, cfg.PublicURL+notify.Routes[notify.Refund], a.Reports.Settle)
 	a.bills = jobs.NewBills(a.DB, client, cfg.ChannelName, a.anomalies, a.trades)
 
-	// Background loops: the payment notifications consumer (I1), the outbox relay, and the
-	// scheduled jobs (I5, I6), each stopped and drained by Run on shutdown.
-	payments := payment.NewConsumer(a.Kafka, a.Guard, a.payments, cfg.ChannelSecret)
+	// Background loops: the trade reports consumer (I1), the outbox relay, and the scheduled
+	// jobs (I5, I6), each stopped and drained by Run on shutdown.
+	payments := notify.NewConsumer(a.Reports, a.Kafka)
 	publisher := a.Kafka.Writer()
 	a.closers = append(a.closers, publisher.Close)
 	a.runners = append(a.runners,
@@ -225,15 +254,16 @@ func (a *App) startChannel(cfg config.Config) (string, error) {
 		return "", fmt.Errorf("embedded channel simulator: listen on %s (set ONCEPAY_EMBEDDED_CHANNEL_ADDR, or ONCEPAY_CHANNEL_URL): %w", cfg.EmbeddedChannelAddr, err)
 	}
 	base := "http://" + ln.Addr().String()
+	own, _ := cfg.ChannelNamed(cfg.ChannelName)
 	sim, err := channelsim.New(channelsim.Config{
-		Secret: cfg.ChannelSecret, Channel: cfg.ChannelName, StateFile: filepath.Join(cfg.DataDir, "channelsim.json"),
+		Secret: own.Secret, Channel: cfg.ChannelName, StateFile: filepath.Join(cfg.DataDir, "channelsim.json"),
 		Schedule: cfg.ChannelSimSchedule, PublicURL: base,
 	})
 	if err != nil {
 		_ = ln.Close()
 		return "", err
 	}
-	srv := &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	a.Channel = sim
 	a.closers = append(a.closers, sim.Close, srv.Close)

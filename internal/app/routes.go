@@ -14,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
 	"github.com/oncepay/oncepay/internal/lab"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -37,11 +38,10 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 
 	inv := inventory.NewHandler(a.inventory)
 	orders := order.NewHandler(a.orders, a.idem, a.trades)
-	payments := payment.NewHandler(a.payments, a.idem, a.Config.ChannelSecret)
 	trades := payment.NewTradeHandler(a.trades, a.idem)
-	refunds := refund.NewHandler(a.refunds, a.idem, a.Config.ChannelSecret)
+	refunds := refund.NewHandler(a.refunds, a.idem)
 	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention, jobs.Channel{Trades: a.trades, Refunds: a.refunds, Bills: a.bills})
-	accounts := account.NewHandler(a.recharges, a.users, a.idem, a.Config.ChannelSecret)
+	accounts := account.NewHandler(a.recharges, a.users, a.idem)
 	idemAdmin := idemadmin.New(a.Guard, KeyRequiredRoutes, a.Registry)
 	r.Route("/v1", func(r chi.Router) {
 		// Reading stock is public and naturally idempotent.
@@ -61,15 +61,16 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 		r.With(web.RequireUser(a.users)).Post("/orders/{order_id}/payments", trades.Pay)
 		r.With(web.RequireUser(a.users)).Post("/orders/{order_id}/refunds", refunds.Create)
 
-		// Payment notifications are signed by the channel and keyed by channel + trade_no.
-		r.Mount("/payments", payments.Routes())
-		// Refund notifications are signed and keyed by channel + refund_no; reading a refund
-		// is the owner's, naturally idempotent.
-		r.Mount("/refunds", refunds.Routes(web.RequireUser(a.users)))
+		// Channel reports, one inbound port (internal/notify): signed by their configured
+		// channel with a timestamp and their kind, keyed by channel + trade_no (refunds:
+		// refund_no), whichever route, or the Kafka topic, they arrive by.
+		r.Post("/payments/notify", a.Reports.Handler(notify.Trade))
+		// Reading a refund is the owner's, naturally idempotent.
+		r.Mount("/refunds", refunds.Routes(web.RequireUser(a.users), a.Reports.Handler(notify.Refund)))
 
-		// Recharges (I2): create needs an Idempotency-Key; the channel's signed notification is
-		// keyed by channel + trade_no and credits once (state precondition + ledger unique key).
-		r.Mount("/recharges", accounts.RechargeRoutes())
+		// Recharges (I2): create needs an Idempotency-Key; the channel's report credits once
+		// (state precondition, claimed trade number, ledger unique key).
+		r.Mount("/recharges", accounts.RechargeRoutes(a.Reports.Handler(notify.Recharge)))
 		// The caller's balance is a read: naturally idempotent.
 		r.Mount("/accounts", accounts.AccountRoutes())
 

@@ -126,10 +126,13 @@ type Trade struct {
 }
 
 // RefundRequest refunds part or all of a trade. OutRefundNo is oncepay's number, committed
-// before the call (I8).
+// before the call (I8). The trade is named by exactly one of OutTradeNo (oncepay's number,
+// the order id) and TradeNo (the channel's own): Alipay and WeChat refund by either, and the
+// channel's number names a second trade of one order on its own.
 type RefundRequest struct {
 	OutRefundNo string `json:"out_refund_no"`
-	OutTradeNo  string `json:"out_trade_no"`
+	OutTradeNo  string `json:"out_trade_no,omitempty"`
+	TradeNo     string `json:"trade_no,omitempty"`
 	Amount      int64  `json:"amount"`
 	NotifyURL   string `json:"notify_url"`
 }

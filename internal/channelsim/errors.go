@@ -31,6 +31,7 @@ var (
 	ErrRefundExceeds    = &Error{http.StatusConflict, "refund_exceeds", "the refunds of the trade would exceed its amount"}
 	ErrPayloadTooLarge  = &Error{http.StatusRequestEntityTooLarge, "payload_too_large", "the body is larger than 1 MiB"}
 	ErrUnavailable      = &Error{http.StatusServiceUnavailable, "unavailable", "the channel is unavailable (fault injection)"}
+	ErrCrossSite        = &Error{http.StatusForbidden, "cross_site", "the pay action must come from the cashier page itself"}
 )
 
 // Error returns the code and the detail.

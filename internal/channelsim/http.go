@@ -189,9 +189,24 @@ func (s *Sim) handleGetBill(r *http.Request) (any, error) {
 	return s.bill(day), nil
 }
 
-// handlePay serves POST /sim/trades/{out_trade_no}/pay.
+// handlePay serves POST /sim/trades/{out_trade_no}/pay. A browser's request from another
+// site is refused (its Origin is not this host, or Sec-Fetch-Site says cross-site): a page
+// elsewhere must not pay a trade in the buyer's name. Tools that send no Origin (curl, the
+// drills) may pay.
 func (s *Sim) handlePay(r *http.Request) (any, error) {
+	if crossSite(r) {
+		return nil, ErrCrossSite
+	}
 	return s.pay(chi.URLParam(r, "out_trade_no"))
+}
+
+// crossSite reports whether r came from a page of another origin than the simulator's.
+func crossSite(r *http.Request) bool {
+	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		return true
+	}
+	o := r.Header.Get("Origin")
+	return o != "" && o != "http://"+r.Host && o != "https://"+r.Host
 }
 
 // simTrade is the answer of GET /sim/trades/{out_trade_no}: a trade with its notifications,

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 )
 
 // Limits of what the simulator reads and keeps of an answer to a notification.
@@ -101,7 +103,9 @@ func (s *Sim) send(n Notification, copyNo int, faults Faults) NotificationAttemp
 		return a
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(HeaderSignature, Sign(s.cfg.Secret, n.Body))
+	// Every attempt is signed afresh, with the real clock (the receiver's tolerance is about
+	// wall time) and the report's kind, so that a captured copy expires (I13).
+	req.Header.Set(HeaderSignature, reportsig.Sign(s.cfg.Secret, time.Now(), n.Kind, n.Body))
 	req.Header.Set("X-Request-Id", fmt.Sprintf("%s-%s-r%d-c%d", s.cfg.Channel, n.ID, n.Rounds, copyNo))
 	res, err := s.cfg.Client.Do(req)
 	if err != nil {

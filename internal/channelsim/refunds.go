@@ -12,8 +12,17 @@ func (req RefundRequest) validate() error {
 	if err := checkNo("out_refund_no", req.OutRefundNo); err != nil {
 		return err
 	}
-	if err := checkNo("out_trade_no", req.OutTradeNo); err != nil {
-		return err
+	switch {
+	case req.OutTradeNo != "" && req.TradeNo != "":
+		return ErrInvalidRequest.withf("name the trade by out_trade_no or by trade_no, not both")
+	case req.TradeNo != "":
+		if err := checkNo("trade_no", req.TradeNo); err != nil {
+			return err
+		}
+	default:
+		if err := checkNo("out_trade_no", req.OutTradeNo); err != nil {
+			return err
+		}
 	}
 	if err := checkAmount("amount", req.Amount); err != nil {
 		return err
@@ -33,6 +42,13 @@ func (s *Sim) openRefund(req RefundRequest) (Refund, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if req.TradeNo != "" {
+		t, ok := s.tradeByNumberLocked(req.TradeNo)
+		if !ok {
+			return Refund{}, ErrTradeNotFound.withf("no trade has trade_no %q", req.TradeNo)
+		}
+		req.OutTradeNo = t.OutTradeNo
+	}
 	if r, ok := s.refunds[req.OutRefundNo]; ok {
 		if r.OutTradeNo != req.OutTradeNo || r.Amount != req.Amount {
 			return Refund{}, ErrRefundMismatch.withf("refund %s exists for trade %s and amount %d", r.OutRefundNo, r.OutTradeNo, r.Amount)
@@ -66,6 +82,16 @@ func (s *Sim) openRefund(req RefundRequest) (Refund, error) {
 	s.log.Info("channel refund accepted", "out_refund_no", r.OutRefundNo, "refund_no", r.RefundNo, "out_trade_no", r.OutTradeNo, "amount", r.Amount)
 	s.startSettlementLocked(r)
 	return r.Refund, nil
+}
+
+// tradeByNumberLocked returns the trade whose channel number is tradeNo.
+func (s *Sim) tradeByNumberLocked(tradeNo string) (*TradeRecord, bool) {
+	for _, t := range s.trades {
+		if t.TradeNo == tradeNo {
+			return t, true
+		}
+	}
+	return nil, false
 }
 
 // refundedLocked returns the sum of the refunds of a trade, processing or done.

@@ -66,9 +66,12 @@ type TradeRecord struct {
 // RefundRequest is the body of POST /channel/v1/refunds.
 type RefundRequest struct {
 	OutRefundNo string `json:"out_refund_no"`
-	OutTradeNo  string `json:"out_trade_no"`
-	Amount      int64  `json:"amount"`
-	NotifyURL   string `json:"notify_url"`
+	// OutTradeNo or TradeNo names the trade refunded, exactly one of them: the merchant's
+	// number, or the channel's own (Alipay and WeChat refund by either).
+	OutTradeNo string `json:"out_trade_no,omitempty"`
+	TradeNo    string `json:"trade_no,omitempty"`
+	Amount     int64  `json:"amount"`
+	NotifyURL  string `json:"notify_url"`
 }
 
 // Refund is a refund as the channel API answers it. RefundedAt is null while it is

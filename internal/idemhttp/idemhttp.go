@@ -80,27 +80,6 @@ func AsAppErr(err error) error {
 // 503 to retry, not a 500 (found by the chaos run: a Redis restart under slow payments).
 var errLockLost = apperr.ErrUnavailable.Withf("the request lost its idempotency lock (Redis) before it could finish; nothing was applied; retry with the same key")
 
-// NotificationKey is the business key of a channel's notification about number — a
-// trade_no, a refund_no — never a header or a request id, so that every copy of one report
-// (the channel's retry, a gateway's, a redelivery over Kafka) converges on one dedup record
-// (I1): scope channel:<channel>, bizType, and the number itself, byte for byte.
-//
-// A report whose status is not the final one (WAIT_BUYER_PAY before SUCCESS, PROCESSING
-// before a refund's SUCCESS) is keyed apart, its status in the scope —
-// channel:<channel>#<status> — so that its stored answer never makes the final report of the
-// same number a key reused with another body (422), a payment never applied. The status is
-// kept out of the biz key: a number is the channel's to choose and may hold any character,
-// so "T#WAIT" reported SUCCESS must not be the key of "T" reported WAIT. A channel name has no
-// '#' or ':' (web.CheckChannel) and a status no ':' (web.CheckStatus), so no two reports share
-// a key, in the database or in Redis.
-func NotificationKey(channel, bizType, number, status, final string) idempotent.Key {
-	scope := "channel:" + channel
-	if status != final {
-		scope += "#" + status
-	}
-	return idempotent.Key{Scope: scope, BizType: bizType, BizKey: number}
-}
-
 // UserKey reads the Idempotency-Key header of an authenticated user's request, scoped to
 // that user so that two users' keys never collide.
 func UserKey(r *http.Request) (idempotent.Key, error) {
@@ -153,6 +132,12 @@ func (a *Adapter) Do(w http.ResponseWriter, r *http.Request, key idempotent.Key,
 func (a *Adapter) DoLast(w http.ResponseWriter, r *http.Request, key idempotent.Key, body []byte, work idempotent.Work, last func(context.Context, *gorm.DB) error) (idempotent.Result, error) {
 	req := Request(r, key, body)
 	req.Last = last
+	return a.Run(w, r, req, work)
+}
+
+// Run runs req — built with Request, and given its phases (Before, After, Last) — through
+// the guard and writes the answer.
+func (a *Adapter) Run(w http.ResponseWriter, r *http.Request, req idempotent.Request, work idempotent.Work) (idempotent.Result, error) {
 	res, err := a.guard.Do(r.Context(), req, work)
 	Write(w, r, res, err)
 	return res, err

@@ -167,6 +167,21 @@ type Request struct {
 	Via string
 	// Reject overrides Config.Reject for this request.
 	Reject func(ctx context.Context, err error) (Response, bool)
+	// Before, when set, is the part of the work that must run outside the transaction — a
+	// call to another system, such as closing a trade at the payment channel before a cancel
+	// — and after the key is claimed, under its lease (I12: a side effect before the key). It
+	// runs only for an attempt that will execute: never for a replay (the committed record is
+	// asked first, whatever the cache says), a copy in flight (409), a key reused (422) or a
+	// token refused (400). Without a lease — Redis unreachable in degrade mode — an attempt
+	// with a Before is refused ErrUnavailable, since its outside work would run unguarded.
+	// An error from it ends the attempt as the work's would: a refusal Reject renders is
+	// stored and replayed, anything else stores nothing.
+	Before func(ctx context.Context) error
+	// After, when set, runs once the attempt's transaction committed and before its lease is
+	// released, for the attempt that executed only, never a replay: the follow-up that needs
+	// the committed row (submitting a committed refund to the channel). Its failure does not
+	// change the stored answer; the follow-up must be resumable from the committed state.
+	After func(ctx context.Context, res Result)
 	// Last, when set, runs after the dedup record is written and right before the commit:
 	// the work's contended writes (stock, balances, a hot status row), so that their row
 	// locks are held for the fewest round trips. Its error rolls everything back like the
@@ -218,10 +233,17 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	case l != nil:
 		workCtx = l.ctx
 	}
+	if req.Before != nil && l == nil && !g.cfg.NoLock {
+		err := &Error{Code: ErrUnavailable.Code, Detail: "the request's work outside the transaction must run under its idempotency lease, and redis is unavailable"}
+		g.finish(ctx, req, l, Result{}, err, start, cerr == nil)
+		return Result{Outcome: Unavailable, Layer: LayerLock}, err
+	}
 
 	// With no replay cache to ask (turned off, or Redis down), a duplicate would run the
-	// work only to have its record refused at the end: ask the record first.
-	if (g.cfg.NoCache || cerr != nil) && !g.cfg.RecordFirst {
+	// work only to have its record refused at the end: ask the record first. So does a
+	// request with work outside the transaction, which a replay must never repeat.
+	noCache := (g.cfg.NoCache || cerr != nil) && !g.cfg.RecordFirst
+	if noCache || req.Before != nil {
 		if res, found, err := g.fromRecord(ctx, req); found || err != nil {
 			g.finish(ctx, req, l, res, err, start, cerr == nil)
 			return res, err
@@ -243,8 +265,20 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		}
 	}
 
+	// The work outside the transaction, under the lease (I12).
+	if req.Before != nil {
+		if berr := req.Before(workCtx); berr != nil {
+			res, err = g.refused(workCtx, req, berr)
+			g.finish(ctx, req, l, res, err, start, cerr == nil)
+			return res, err
+		}
+	}
+
 	// Layer 4, the dedup record (I3): in the work's own transaction.
 	res, err = g.runOnce(workCtx, req, work)
+	if err == nil && res.Outcome == Executed && res.Rejection == nil && req.After != nil {
+		req.After(workCtx, res)
+	}
 	g.finish(ctx, req, l, res, err, start, cerr == nil)
 	return res, err
 }
@@ -351,6 +385,13 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 	case recorded:
 		return g.afterRecordFailed(ctx, req, err)
 	}
+	return g.refused(ctx, req, err)
+}
+
+// refused answers an attempt whose work (or Before) returned err, its transaction rolled
+// back: a lost lease says so, a business refusal Reject renders is stored alone, anything
+// else is returned with nothing stored.
+func (g *Guard) refused(ctx context.Context, req Request, err error) (Result, error) {
 	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrLockLost) {
 		return Result{}, errors.Join(err, cause)
 	}

@@ -188,7 +188,11 @@ func (b *Bills) compareRefunds(ctx context.Context, billed []channel.Refund, fro
 			if r.RefundNo != nil {
 				no = *r.RefundNo
 			}
-			rep.add("reconcile_unbilled_refund", b.channel, no, ids.Format(r.OrderID), 0, r.Amount, "oncepay recorded this refund as SUCCEEDED; the channel's bill of the day lacks it")
+			orderID := ""
+			if r.OrderID != nil {
+				orderID = ids.Format(*r.OrderID)
+			}
+			rep.add("reconcile_unbilled_refund", b.channel, no, orderID, 0, r.Amount, "oncepay recorded this refund as SUCCEEDED; the channel's bill of the day lacks it")
 		}
 	}
 	return nil

@@ -76,19 +76,25 @@ func New(db *gorm.DB, rdb redis.UniversalClient, redisPrefix string, gen *ids.Ge
 func (l *Lab) Routes(requireUser, requireAdmin func(http.Handler) http.Handler) chi.Router {
 	r := chi.NewRouter()
 	r.Get("/", l.index)
-	r.With(web.RequireSignature(l.secret)).Post("/recharges/notify", l.rechargeNotifyCheckThenAct)
+	r.With(l.signed("recharge")).Post("/recharges/notify", l.rechargeNotifyCheckThenAct)
 	r.With(requireUser).Post("/orders", l.createOrderDedupAfter)
-	r.With(web.RequireSignature(l.secret)).Post("/payments/notify", l.payWithFixedLock)
+	r.With(l.signed("trade")).Post("/payments/notify", l.payWithFixedLock)
 	r.With(requireAdmin).Post("/orders/{order_id}/close", l.closeUnconditionally)
-	r.With(web.RequireSignature(l.secret)).Post("/payments/notify-per-path", l.payPerPathKey)
-	r.With(web.RequireSignature(l.secret)).Post("/payments/notify-unconditional", l.payDedupThenUnconditional)
+	r.With(l.signed("trade")).Post("/payments/notify-per-path", l.payPerPathKey)
+	r.With(l.signed("trade")).Post("/payments/notify-unconditional", l.payDedupThenUnconditional)
 	r.With(requireUser).Post("/orders/submit", l.createOrderEverySubmit)
 	r.With(requireUser).Post("/orders/check-then-act", l.createOrderCheckThenAct)
-	r.With(web.RequireSignature(l.secret)).Post("/payments/notify-after-pause", l.payAfterPause)
-	r.With(web.RequireSignature(l.secret)).Post("/guarded/payments/notify-after-pause", l.payGuardedAfterPause)
+	r.With(l.signed("trade")).Post("/payments/notify-after-pause", l.payAfterPause)
+	r.With(l.signed("trade")).Post("/guarded/payments/notify-after-pause", l.payGuardedAfterPause)
 	r.With(requireUser).Post("/orders/{order_id}/refunds", l.refundNewNumberOnTimeout)
 	r.With(requireAdmin).Post("/orders/{order_id}/close-expired", l.closeExpiredWithoutAsking)
 	return r
+}
+
+// signed checks the channel's signature of a report of kind, as the real routes do, so that a
+// drill sends the lab and oncepay the very same signed copy.
+func (l *Lab) signed(kind string) func(http.Handler) http.Handler {
+	return web.RequireReportSignature(l.secret, kind, 5*time.Minute)
 }
 
 func (l *Lab) index(w http.ResponseWriter, _ *http.Request) {

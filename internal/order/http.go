@@ -64,9 +64,9 @@ type Handler struct {
 // order's channel trade must be unpayable before the order is cancelled, or the buyer could
 // pay a cancelled order whose notifications may all be lost (I9).
 type TradeGate interface {
-	// BeforeCancel runs before the cancel's transaction, since it calls the channel: it
-	// closes userID's order id's trade there, or applies its payment when the buyer already
-	// paid (the cancel then finds the order PAID).
+	// BeforeCancel runs before the cancel's transaction, under the cancel's key, since it
+	// calls the channel: it closes userID's order id's trade there, or applies its payment
+	// when the buyer already paid (the cancel then finds the order PAID).
 	BeforeCancel(ctx context.Context, userID, id int64) error
 	// CheckCancel runs in the cancel's transaction, the order row locked: it refuses the
 	// cancel when a trade was opened since BeforeCancel.
@@ -152,12 +152,15 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, ViewOf(o))
 }
 
-// cancel is POST /v1/orders/{id}/cancel, top to bottom: the key; the order's channel trade
-// made unpayable OUTSIDE any transaction (TradeGate.BeforeCancel: closed at the channel, or
-// its payment applied); then the guard's transaction — the conditional transition, and the
-// check that no trade was opened meanwhile. An order that moved on (paid, say) answers 409
-// illegal_state, stored and replayed; a channel that did not answer is a 503 that stores
-// nothing, so the retry with the same key asks it again.
+// cancel is POST /v1/orders/{id}/cancel, top to bottom: the key, then the guard — which
+// claims the key before anything else happens (I12) — runs its two phases. Before, under the
+// key's lease and outside any transaction, the order's channel trade is made unpayable
+// (TradeGate.BeforeCancel: closed at the channel, or its payment applied); then the guard's
+// transaction makes the conditional transition and checks that no trade was opened
+// meanwhile. A refused cancel (400, 409 in flight, 422 reused) touches nothing, at the
+// channel neither, and a replay answers from the stored outcome. An order that moved on (paid,
+// say) answers 409 illegal_state, stored and replayed; a channel that did not answer is a 503
+// that stores nothing, so the retry with the same key asks it again.
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 	key, body, err := idemhttp.KeyAndBody(r)
 	if err != nil {
@@ -166,17 +169,14 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	userID, _ := web.UserID(r.Context())
 	id, ok := ids.Parse(chi.URLParam(r, "order_id"))
-	var gateErr error
-	if ok {
-		gateErr = h.trades.BeforeCancel(r.Context(), userID, id)
-	}
-	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	req := idemhttp.Request(r, key, body)
+	req.Before = func(ctx context.Context) error {
 		if !ok {
-			return idempotent.Response{}, ErrNotFound
+			return ErrNotFound
 		}
-		if gateErr != nil {
-			return idempotent.Response{}, gateErr
-		}
+		return h.trades.BeforeCancel(ctx, userID, id)
+	}
+	_, _ = h.idem.Run(w, r, req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		o, err := h.orders.Cancel(ctx, tx, userID, id)
 		if err != nil {
 			return idempotent.Response{}, err

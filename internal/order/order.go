@@ -74,3 +74,10 @@ func (Item) TableName() string { return "order_items" }
 
 // Currency is the only currency oncepay handles.
 const Currency = "CNY"
+
+// PaidBy reports whether o was paid by channel's trade tradeNo, whatever its status since
+// (paid, partially or fully refunded): the fact a redelivered report is recognised by once
+// its dedup record is gone (I13).
+func (o Order) PaidBy(channel, tradeNo string) bool {
+	return o.Channel != nil && o.TradeNo != nil && *o.Channel == channel && *o.TradeNo == tradeNo
+}

@@ -294,7 +294,7 @@ func TestTripleDeliveryTwoReplicas(t *testing.T) {
 // apart, it changes nothing), then pays the order under trade number "X#WAIT_PAY" — a number
 // is the channel's to choose. Before, both reports were keyed "X#WAIT_PAY": the payment got
 // 422 idempotency_key_reused on every retry and was never applied. Now the status lives in
-// the key's scope (idemhttp.NotificationKey) and the payment applies once.
+// the key's scope (notify.Report.Key) and the payment applies once.
 func TestStatusReportNeverTakesAnotherTradesKey(t *testing.T) {
 	s := apptest.Start(t)
 	o := s.CreateOrder(t, apptest.AliceKey, "status-order", basket...)

@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/channel"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
-// notificationOf is the notification the channel sends for its paid trade ct: the same five
-// fields, so that a query and a notification of one payment are the same request (Settle).
-func (t *Trades) notificationOf(ct channel.Trade) Notification {
-	return Notification{Channel: t.channel, TradeNo: ct.TradeNo, OutTradeNo: ct.OutTradeNo, Amount: ct.Amount, Status: StatusSuccess}
+// reportOf is the report the channel sends for its paid trade ct: the same five fields, so
+// that a query and a report of one payment are the same request (notify.Port.Settle).
+func (t *Trades) reportOf(ct channel.Trade) notify.Report {
+	return notify.Report{Kind: notify.Trade, Channel: t.channel, Number: ct.TradeNo, OutNo: ct.OutTradeNo, Amount: ct.Amount, Status: notify.StatusSuccess}
 }
 
 // settleIfPaid asks the channel about order id's trade and settles it when it is paid. paid
@@ -31,11 +32,11 @@ func (t *Trades) settleIfPaid(ctx context.Context, id int64) (paid, applied bool
 }
 
 // SettlePaid applies ct, a trade the channel says is paid — its query's answer, or a line of
-// its bill that oncepay never heard of — exactly as its notification would have been
-// (Settle): the order is paid if it still waits (applied = true), and otherwise the payment
-// is kept as an anomaly for refund.
+// its bill that oncepay never heard of — exactly as its report would have been: the order is
+// paid if it still waits (applied = true), and otherwise the payment is kept as an anomaly
+// for refund.
 func (t *Trades) SettlePaid(ctx context.Context, ct channel.Trade) (applied bool, err error) {
-	return t.payments.Settle(ctx, t.guard, t.notificationOf(ct))
+	return t.settle(ctx, t.reportOf(ct), "reconcile")
 }
 
 // Reconcile asks the channel about every PENDING_PAYMENT order that has a trade and applies a

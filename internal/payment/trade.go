@@ -9,7 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/channel"
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
@@ -62,21 +62,21 @@ var ErrChannelUnavailable = apperr.ErrUnavailable.Withf("the payment channel did
 var ErrTradeOpening = apperr.ErrUnavailable.Withf("a payment is being opened for this order at the channel; retry with the same Idempotency-Key")
 
 // Trades opens channel trades for orders, closes them when an order is cancelled, and
-// settles what the channel reports about them through the notification's own path.
+// settles what the channel says about them through the inbound port's own path (settle).
 type Trades struct {
 	db        *gorm.DB
-	guard     *idempotent.Guard
 	orders    *order.Service
-	payments  *Service
 	client    *channel.Client
 	channel   string
 	notifyURL string
+	settle    notify.SettleFunc
 }
 
 // NewTrades returns the trade service: client is the channel called name, notifyURL its
-// payment notify_url (ONCEPAY_PUBLIC_URL + /v1/payments/notify).
-func NewTrades(db *gorm.DB, guard *idempotent.Guard, orders *order.Service, payments *Service, client *channel.Client, name, notifyURL string) *Trades {
-	return &Trades{db: db, guard: guard, orders: orders, payments: payments, client: client, channel: name, notifyURL: notifyURL}
+// payment notify_url (ONCEPAY_PUBLIC_URL + /v1/payments/notify), and settle the port's
+// Settle, which applies a paid trade exactly as its report would be.
+func NewTrades(db *gorm.DB, orders *order.Service, client *channel.Client, name, notifyURL string, settle notify.SettleFunc) *Trades {
+	return &Trades{db: db, orders: orders, client: client, channel: name, notifyURL: notifyURL, settle: settle}
 }
 
 // trade returns order id's trades row; found is false when it has none.

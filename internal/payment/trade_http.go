@@ -27,11 +27,15 @@ func NewTradeHandler(trades *Trades, idem *idemhttp.Adapter) *TradeHandler {
 }
 
 // Pay is POST /v1/orders/{order_id}/payments, top to bottom: the key, an empty body (or {}),
-// then the trade opened at the channel OUTSIDE any transaction (Trades.Open: the OPENING row
-// committed first, then the call, idempotent by out_trade_no = the order id), and last the
-// guard's transaction that records the channel's answer and stores the 201. A refusal (404,
-// 409 illegal_state) is stored like an answer; a channel that did not answer is a 503 that
-// stores nothing, so the retry with the same key asks the channel again with the same number.
+// then the guard — which claims the key before anything else happens (I12) — runs its two
+// phases. Before, under the key's lease and outside any transaction, the trade is opened at
+// the channel (Trades.Open: the OPENING row committed first, then the call, idempotent by
+// out_trade_no = the order id); then the guard's transaction records the channel's answer and
+// stores the 201. A refused request (400, 409 in flight, 422 reused) opens nothing, and a
+// replay answers from the stored outcome without calling the channel. A refusal of the open
+// (404, 409 illegal_state) is stored like an answer; a channel that did not answer is a 503
+// that stores nothing, so the retry with the same key asks the channel again with the same
+// number.
 func (h *TradeHandler) Pay(w http.ResponseWriter, r *http.Request) {
 	key, err := idemhttp.UserKey(r)
 	if err != nil {
@@ -48,17 +52,17 @@ func (h *TradeHandler) Pay(w http.ResponseWriter, r *http.Request) {
 	}
 	userID, _ := web.UserID(r.Context())
 	id, ok := ids.Parse(chi.URLParam(r, "order_id"))
-	var (
-		ct      channel.Trade
-		openErr error = order.ErrNotFound
-	)
-	if ok {
-		ct, openErr = h.trades.Open(r.Context(), userID, id)
-	}
-	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-		if openErr != nil {
-			return idempotent.Response{}, openErr
+	var ct channel.Trade
+	req := idemhttp.Request(r, key, body)
+	req.Before = func(ctx context.Context) error {
+		if !ok {
+			return order.ErrNotFound
 		}
+		var err error
+		ct, err = h.trades.Open(ctx, userID, id)
+		return err
+	}
+	_, _ = h.idem.Run(w, r, req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		view, err := h.trades.Record(ctx, tx, id, ct)
 		if err != nil {
 			return idempotent.Response{}, err

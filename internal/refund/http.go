@@ -21,42 +21,51 @@ import (
 // View is the JSON form of a refund (CONTRACT.md).
 type View struct {
 	RefundID    string  `json:"refund_id"`
-	OrderID     string  `json:"order_id"`
+	OrderID     string  `json:"order_id,omitempty"`
+	RechargeID  string  `json:"recharge_id,omitempty"`
 	Amount      int64   `json:"amount"`
 	Reason      string  `json:"reason"`
 	Status      Status  `json:"status"`
 	OutRefundNo string  `json:"out_refund_no"`
 	RefundNo    *string `json:"refund_no"`
-	CreatedAt   string  `json:"created_at"`
-	UpdatedAt   string  `json:"updated_at"`
+	// ChannelStatus is what the channel said last about the refund (Refund.ChannelStatus).
+	ChannelStatus *string `json:"channel_status,omitempty"`
+	CreatedAt     string  `json:"created_at"`
+	UpdatedAt     string  `json:"updated_at"`
 }
 
 // ViewOf renders r for the API.
 func ViewOf(r Refund) View {
-	return View{
-		RefundID: ids.Format(r.ID), OrderID: ids.Format(r.OrderID), Amount: r.Amount, Reason: r.Reason, Status: r.Status,
-		OutRefundNo: r.OutRefundNo, RefundNo: r.RefundNo,
+	v := View{
+		RefundID: ids.Format(r.ID), Amount: r.Amount, Reason: r.Reason, Status: r.Status,
+		OutRefundNo: r.OutRefundNo, RefundNo: r.RefundNo, ChannelStatus: r.ChannelStatus,
 		CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339), UpdatedAt: r.UpdatedAt.UTC().Format(time.RFC3339),
 	}
+	if r.OrderID != nil {
+		v.OrderID = ids.Format(*r.OrderID)
+	}
+	if r.RechargeID != nil {
+		v.RechargeID = ids.Format(*r.RechargeID)
+	}
+	return v
 }
 
 // Handler serves the refund routes.
 type Handler struct {
 	refunds *Service
 	idem    *idemhttp.Adapter
-	secret  string
 }
 
-// NewHandler returns the refund HTTP handler; notifications are signed with secret.
-func NewHandler(refunds *Service, idem *idemhttp.Adapter, secret string) *Handler {
-	return &Handler{refunds: refunds, idem: idem, secret: secret}
+// NewHandler returns the refund HTTP handler; idem makes its writes exactly-once.
+func NewHandler(refunds *Service, idem *idemhttp.Adapter) *Handler {
+	return &Handler{refunds: refunds, idem: idem}
 }
 
-// Routes serves GET /{refund_id} behind user authentication (requireUser) and POST /notify
-// behind the channel's signature, mounted at /v1/refunds.
-func (h *Handler) Routes(requireUser func(http.Handler) http.Handler) chi.Router {
+// Routes serves GET /{refund_id} behind user authentication (requireUser) and POST /notify,
+// the inbound port's handler of refund reports, mounted at /v1/refunds.
+func (h *Handler) Routes(requireUser func(http.Handler) http.Handler, reports http.Handler) chi.Router {
 	r := chi.NewRouter()
-	r.With(web.RequireSignature(h.secret)).Post("/notify", h.notify)
+	r.Method(http.MethodPost, "/notify", reports)
 	r.With(requireUser).Get("/{refund_id}", h.get)
 	return r
 }
@@ -68,9 +77,10 @@ type createRequest struct {
 
 // Create is POST /v1/orders/{order_id}/refunds, top to bottom: the key, the body decoded and
 // validated, then the guard's transaction that commits the refund PENDING with its
-// out_refund_no (the recovery point, I8) and stores the 201; only after that commit is the
-// channel called (Submit). The answer is the stored one — the refund as committed — so a
-// replay answers the same bytes; GET /v1/refunds/{refund_id} shows where it went since.
+// out_refund_no (the recovery point, I8) and stores the 201; only after that commit, still
+// under the key's lease (After), is the channel called (Submit). The answer is the stored one
+// — the refund as committed — so a replay answers the same bytes and calls nothing;
+// GET /v1/refunds/{refund_id} shows where it went since.
 func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
 	key, err := idemhttp.UserKey(r)
 	if err != nil {
@@ -83,8 +93,16 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	userID, _ := web.UserID(r.Context())
-	var created *Refund
-	res, err := h.idem.Guard().Do(r.Context(), idemhttp.Request(r, key, body), func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	var created Refund
+	guarded := idemhttp.Request(r, key, body)
+	guarded.After = func(ctx context.Context, _ idempotent.Result) {
+		// Committed: now, and only now, the channel hears of it. A failure here is not the
+		// client's: the row stays PENDING and resume-refunds calls again with its number.
+		if _, err := h.refunds.Submit(context.WithoutCancel(ctx), created); err != nil {
+			slog.WarnContext(ctx, "refund submitted later by resume-refunds", "refund_id", created.ID, "err", err)
+		}
+	}
+	_, _ = h.idem.Run(w, r, guarded, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		id, ok := ids.Parse(chi.URLParam(r, "order_id"))
 		if !ok {
 			return idempotent.Response{}, order.ErrNotFound
@@ -93,17 +111,9 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return idempotent.Response{}, err
 		}
-		created = &rf
+		created = rf
 		return idemhttp.JSON(http.StatusCreated, ViewOf(rf), "Location", "/v1/refunds/"+ids.Format(rf.ID)), nil
 	})
-	if err == nil && res.Outcome == idempotent.Executed && created != nil {
-		// Committed: now, and only now, the channel hears of it. A failure here is not the
-		// client's: the row stays PENDING and resume-refunds calls again with its number.
-		if _, serr := h.refunds.Submit(context.WithoutCancel(r.Context()), *created); serr != nil {
-			slog.WarnContext(r.Context(), "refund submitted later by resume-refunds", "refund_id", created.ID, "err", serr)
-		}
-	}
-	idemhttp.Write(w, r, res, err)
 }
 
 // decodeCreate reads and validates the body of POST /v1/orders/{order_id}/refunds; an empty
@@ -141,22 +151,4 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	web.WriteJSON(w, http.StatusOK, ViewOf(rf))
-}
-
-// notify is POST /v1/refunds/notify: validated completely before it is keyed (a malformed
-// copy gets 400 and stores nothing), keyed by channel + refund_no, applied once through the
-// guard — the same key and work a query's answer settles with.
-func (h *Handler) notify(w http.ResponseWriter, r *http.Request) {
-	body, err := web.ReadBody(r)
-	if err != nil {
-		idemhttp.Reject(w, r, err)
-		return
-	}
-	n, err := Parse(body)
-	if err != nil {
-		idemhttp.Reject(w, r, err)
-		return
-	}
-	res, err := h.idem.Guard().Do(r.Context(), idemhttp.Request(r, n.Key(), body), h.refunds.Work(n))
-	idemhttp.Write(w, r, res, err)
 }

@@ -3,24 +3,24 @@
 //
 // A refund is a row before it is a call. It is committed PENDING with a fresh out_refund_no
 // before the channel hears of it; it becomes SUBMITTED when the channel answered (its
-// refund_no stored), and SUCCEEDED or FAILED by the channel's notification or by a query,
-// through the same key (channel + refund_no) and the same work. A call whose outcome is
+// refund_no stored), and SUCCEEDED or FAILED by the channel's report or by a query, through
+// the inbound port (internal/notify): the same key (channel + refund_no) and the same work,
+// Reports.Apply. A call whose outcome is
 // unknown — a timeout, a 5xx, an instance stopped between the commit and the call — leaves
 // the row PENDING, and resume-refunds calls again with the SAME out_refund_no, which the
 // channel is idempotent by: the number is the row's, never the call's, so the channel refunds
 // once. When an order's SUCCEEDED refunds reach its amount it moves PAID → REFUNDED and its
 // stock goes back. Payments that could not be applied (anomalies paid_after_close and
-// duplicate_payment) are refunded too, once each: their refund row is keyed by the anomaly.
+// duplicate_payment) are refunded too, once each — their refund row is keyed by the anomaly
+// — through the channel that took them and by its trade_no, whether they paid an order or a
+// recharge.
 package refund
 
 import (
 	"net/http"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
-	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
 // Status is a refund's recovery point.
@@ -60,81 +60,41 @@ var (
 
 // Refund is a row of refunds.
 type Refund struct {
-	ID          int64
-	OrderID     int64
-	UserID      int64
-	AnomalyID   *int64
-	Channel     string
-	OutTradeNo  string
+	ID int64
+	// OrderID is the order refunded, or whose payment kept as an anomaly is given back.
+	OrderID *int64
+	// RechargeID is the recharge whose second payment (an anomaly) is given back.
+	RechargeID *int64
+	UserID     int64
+	// AnomalyID is the anomaly (paid_after_close, duplicate_payment) this refund gives back;
+	// nil for a refund a user asked for.
+	AnomalyID *int64
+	// Channel is the channel that took the payment, and refunds it.
+	Channel    string
+	OutTradeNo string
+	// TradeNo is the channel's trade refunded, when known: an anomaly's refund names the
+	// trade by it, so that a second trade of one order is refunded on its own.
+	TradeNo     *string
 	OutRefundNo string
 	RefundNo    *string
 	Amount      int64
 	Reason      string
 	Status      Status
-	Attempts    int
-	LastError   *string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// ChannelStatus is what the channel said last about the refund: its report's status, or
+	// the contradicting one (refund_status_conflict) that did not move Status.
+	ChannelStatus *string
+	Attempts      int
+	LastError     *string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
-// BizType names refund notifications in the dedup table.
-const BizType = "refund.notify"
-
-// Route is the route of the refund notification; a query settles with its fingerprint too.
-const Route = "/v1/refunds/notify"
-
-// Notification is what the channel reports about a refund (CONTRACT.md).
-type Notification struct {
-	Channel     string `json:"channel"`
-	RefundNo    string `json:"refund_no"`
-	OutRefundNo string `json:"out_refund_no"`
-	Amount      int64  `json:"amount"`
-	Status      string `json:"status"`
-}
-
-// The channel's refund statuses that end a refund.
-const (
-	channelSuccess = "SUCCESS"
-	channelFailed  = "FAILED"
-	channelClosed  = "CLOSED"
-)
-
-// Parse decodes and validates a refund notification completely, before it is keyed: a
-// malformed one is answered 400 and stores nothing.
-func Parse(body []byte) (Notification, error) {
-	var n Notification
-	if err := web.DecodeBytes(body, &n); err != nil {
-		return Notification{}, err
-	}
-	if err := web.CheckChannel("channel", n.Channel); err != nil {
-		return Notification{}, err
-	}
-	if err := web.CheckStatus("status", n.Status); err != nil {
-		return Notification{}, err
-	}
-	switch {
-	case n.RefundNo == "" || len(n.RefundNo) > 128:
-		return Notification{}, apperr.ErrInvalidRequest.Withf("refund_no must be 1..128 characters")
-	case n.OutRefundNo == "" || len(n.OutRefundNo) > 128:
-		return Notification{}, apperr.ErrInvalidRequest.Withf("out_refund_no must be 1..128 characters")
-	case n.Amount < 1 || n.Amount > 10_000_000_000:
-		return Notification{}, apperr.ErrInvalidRequest.Withf("amount must be 1..10^10 cents")
-	}
-	return n, nil
-}
-
-// Key is the business key of a refund notification: channel + refund_no, a status other than
-// SUCCESS keyed apart (idemhttp.NotificationKey), like payments.
-func (n Notification) Key() idempotent.Key {
-	return idemhttp.NotificationKey(n.Channel, BizType, n.RefundNo, n.Status, channelSuccess)
-}
-
-// target is the status a notification's channel status ends a refund in, if any.
-func (n Notification) target() (Status, bool) {
-	switch n.Status {
-	case channelSuccess:
+// target is the status a report's channel status ends a refund in, if any.
+func target(status string) (Status, bool) {
+	switch status {
+	case "SUCCESS":
 		return Succeeded, true
-	case channelFailed, channelClosed:
+	case "FAILED", "CLOSED":
 		return Failed, true
 	}
 	return "", false

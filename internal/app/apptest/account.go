@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -74,21 +75,24 @@ func (s *Server) CreateRecharge(tb testing.TB, apiKey string, amount int64) stri
 	return v.RechargeID
 }
 
-// NotifyRecharge posts the recharge notification n to /v1/recharges/notify, signed with the
+// RechargeReport is a SUCCESS report paying recharge rid's amount through channel's trade
+// tradeNo.
+func RechargeReport(rid, channel, tradeNo string, amount int64) notify.Report {
+	return notify.Report{Kind: notify.Recharge, Channel: channel, Number: tradeNo, OutNo: rid, Amount: amount, Status: notify.StatusSuccess}
+}
+
+// NotifyRecharge posts the recharge report n to /v1/recharges/notify, signed with the
 // instance's channel secret. It never fails the test, so storms can call it.
-func (s *Server) NotifyRecharge(n account.Notification) Response {
-	body, err := json.Marshal(n)
-	if err != nil {
-		return Response{Err: err}
-	}
-	return s.SignedPost(RechargeNotifyPath, body)
+func (s *Server) NotifyRecharge(n notify.Report) Response {
+	n.Kind = notify.Recharge
+	return s.SignedPost(RechargeNotifyPath, n.Body())
 }
 
 // NotifyRechargeUntilDone posts n like a channel does: again, after a pause of a few
 // milliseconds, while the answer is 409 (a copy is in flight elsewhere), for up to 30s. It
 // returns the final answer and the Idempotency-Outcome of every answer on the way, and never
 // fails the test.
-func (s *Server) NotifyRechargeUntilDone(n account.Notification) (Response, []string) {
+func (s *Server) NotifyRechargeUntilDone(n notify.Report) (Response, []string) {
 	var outcomes []string
 	deadline := time.Now().Add(30 * time.Second)
 	for attempt := 0; ; attempt++ {

@@ -11,8 +11,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
-	"github.com/oncepay/oncepay/internal/payment"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -30,12 +30,14 @@ func (s *Server) Writer(tb testing.TB) *kafka.Writer {
 // with the default channel secret, config.DevChannelSecret (X-Signature), as a channel's message queue delivers it. It
 // never fails the test, so storms can call it.
 func PublishNotification(ctx context.Context, w *kafka.Writer, body []byte) error {
-	var n payment.Notification
+	var n struct {
+		TradeNo string `json:"trade_no"`
+	}
 	if err := json.Unmarshal(body, &n); err != nil {
 		return fmt.Errorf("notification body: %w", err)
 	}
 	return w.WriteMessages(ctx, kafka.Message{Topic: kafkax.TopicPaymentNotifications, Key: []byte(n.TradeNo), Value: body,
-		Headers: []kafka.Header{{Key: web.HeaderSignature, Value: []byte(web.Sign(config.DevChannelSecret, body))}}})
+		Headers: []kafka.Header{{Key: web.HeaderSignature, Value: []byte(SignReport(config.DevChannelSecret, notify.Trade, body))}}})
 }
 
 func (s *Server) kafkaClient() *kafka.Client {
@@ -100,7 +102,7 @@ func (s *Server) WaitConsumed(tb testing.TB) {
 		for p := range ends {
 			ps = append(ps, p)
 		}
-		res, err := s.kafkaClient().OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: payment.Group, Topics: map[string][]int{topic: ps}})
+		res, err := s.kafkaClient().OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: notify.Group, Topics: map[string][]int{topic: ps}})
 		if err != nil {
 			return false, err.Error()
 		}

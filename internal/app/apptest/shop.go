@@ -1,17 +1,18 @@
 package apptest
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/inventory"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
-	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -66,35 +67,53 @@ func (s *Server) PutInventory(tb testing.TB, sku string, price, available int64)
 	return v
 }
 
-// Notification is a SUCCESS notification paying o in full through channel's trade tradeNo.
-func Notification(o order.View, channel, tradeNo string) payment.Notification {
-	return payment.Notification{Channel: channel, TradeNo: tradeNo, OutTradeNo: o.OrderID, Amount: o.Amount, Status: payment.StatusSuccess}
+// Notification is a SUCCESS trade report paying o in full through channel's trade tradeNo.
+func Notification(o order.View, channel, tradeNo string) notify.Report {
+	return notify.Report{Kind: notify.Trade, Channel: channel, Number: tradeNo, OutNo: o.OrderID, Amount: o.Amount, Status: notify.StatusSuccess}
 }
 
-// JSON is the notification's body as channels send it.
-func JSON(n payment.Notification) []byte {
-	b, err := json.Marshal(n)
-	if err != nil {
-		panic(err) // a struct of strings and an int64 always marshals
-	}
-	return b
+// JSON is the report's body as channels send it.
+func JSON(n notify.Report) []byte { return n.Body() }
+
+// Sign returns the X-Signature of body as a trade report, signed now under the instance's
+// channel secret.
+func (s *Server) Sign(body []byte) string { return s.SignAs(notify.Trade, body) }
+
+// SignAs returns the X-Signature of body as a report of kind, signed now under the
+// instance's channel secret.
+func (s *Server) SignAs(kind notify.Kind, body []byte) string {
+	return SignReport(s.Config.ChannelSecret, kind, body)
 }
 
-// Sign returns the X-Signature of body under the instance's channel secret.
-func (s *Server) Sign(body []byte) string { return web.Sign(s.Config.ChannelSecret, body) }
+// SignReport returns the X-Signature of body as a report of kind, signed now with secret.
+func SignReport(secret string, kind notify.Kind, body []byte) string {
+	return reportsig.Sign(secret, time.Now(), string(kind), body)
+}
 
-// The paths a payment channel posts its signed notifications to.
+// The paths a payment channel posts its signed reports to.
 const (
-	// PaymentNotifyPath receives the payments of orders.
+	// PaymentNotifyPath receives the trade reports that pay orders.
 	PaymentNotifyPath = "/v1/payments/notify"
-	// RechargeNotifyPath receives the payments of recharges.
+	// RechargeNotifyPath receives the trade reports that pay recharges.
 	RechargeNotifyPath = "/v1/recharges/notify"
+	// RefundNotifyPath receives the refund reports.
+	RefundNotifyPath = "/v1/refunds/notify"
 )
 
+// KindOf is the kind of report path receives.
+func KindOf(path string) notify.Kind {
+	for k, p := range notify.Routes {
+		if p == path {
+			return k
+		}
+	}
+	return notify.Trade
+}
+
 // SignedPost posts body to path with its correct signature, as a payment channel sends a
-// notification. It never fails the test, so storms can call it.
+// report. It never fails the test, so storms can call it.
 func (s *Server) SignedPost(path string, body []byte) Response {
-	return s.Do(http.MethodPost, path, "", body, map[string]string{web.HeaderSignature: s.Sign(body)})
+	return s.Do(http.MethodPost, path, "", body, map[string]string{web.HeaderSignature: s.SignAs(KindOf(path), body)})
 }
 
 // SignedNotify posts body to /v1/payments/notify with its correct signature.

@@ -66,6 +66,8 @@ var (
 	// ErrPreconditionFailed is a conditional request (If-Match) whose condition no longer
 	// holds: the resource changed since the version the client read.
 	ErrPreconditionFailed = New(http.StatusPreconditionFailed, "precondition_failed", "the resource changed since the version in If-Match; read it again")
+	// ErrRequestTimeout is a body that did not arrive within the server's read timeout.
+	ErrRequestTimeout = New(http.StatusRequestTimeout, "request_timeout", "the request body did not arrive within the read timeout; send it again")
 	// ErrPayloadTooLarge is a body over the 1 MiB limit.
 	ErrPayloadTooLarge = New(http.StatusRequestEntityTooLarge, "payload_too_large", "the body is larger than 1 MiB")
 	// ErrUnavailable is a dependency that cannot serve the request right now.

@@ -45,7 +45,7 @@ const MaxStatusLen = 32
 // underscores (^[A-Za-z0-9_]{1,32}$), the form every channel's statuses take (SUCCESS,
 // WAIT_BUYER_PAY, TRADE_CLOSED, PROCESSING). Anything else is 400 invalid_request naming
 // field. A status other than the final one is part of its notification's key
-// (idemhttp.NotificationKey), so it must never hold a separator of that key.
+// (notify.Report.Key), so it must never hold a separator of that key.
 func CheckStatus(field, status string) error {
 	ok := len(status) > 0 && len(status) <= MaxStatusLen
 	for i := 0; ok && i < len(status); i++ {

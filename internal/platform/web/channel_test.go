@@ -6,8 +6,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -51,22 +53,26 @@ func TestCheckStatus(t *testing.T) {
 	}
 }
 
-// TestSignatureOneForm: X-Signature is the lowercase hex HMAC-SHA256 of the raw body
-// (CONTRACT.md); the same MAC spelled in uppercase, with a space or cut short is refused,
-// like a wrong one.
-func TestSignatureOneForm(t *testing.T) {
+// TestRequireReportSignature: the middleware lets through a report signed for its kind, now,
+// and refuses the earlier bare HMAC, another kind and a stale timestamp with 401.
+func TestRequireReportSignature(t *testing.T) {
 	body := []byte(`{"channel":"simpay"}`)
-	right := web.Sign("secret", body)
-	if !web.ValidSignature("secret", body, right) {
-		t.Fatalf("the lowercase signature %q refused", right)
+	now := time.Now()
+	mw := web.RequireReportSignature("secret", "trade", time.Minute)
+	good := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(string(body)))
+	good.Header.Set(web.HeaderSignature, reportsig.Sign("secret", now, "trade", body))
+	if res := serve(mw(ok), good); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("a good signature: %d", res.StatusCode)
 	}
-	for _, sig := range []string{strings.ToUpper(right), " " + right, right + " ", right[:62], "", web.Sign("other", body)} {
-		if web.ValidSignature("secret", body, sig) {
-			t.Errorf("signature %q accepted", sig)
-		}
+	for name, sig := range map[string]string{
+		"the earlier bare HMAC": web.Sign("secret", body),
+		"another kind":          reportsig.Sign("secret", now, "recharge", body),
+		"stale":                 reportsig.Sign("secret", now.Add(-2*time.Minute), "trade", body),
+		"another secret":        reportsig.Sign("other", now, "trade", body),
+		"none":                  "",
+	} {
 		req := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(string(body)))
 		req.Header.Set(web.HeaderSignature, sig)
-		res := serve(web.RequireSignature("secret")(ok), req)
-		readProblem(t, res, http.StatusUnauthorized, "invalid_signature")
+		t.Run(name, func(t *testing.T) { readProblem(t, serve(mw(ok), req), http.StatusUnauthorized, "invalid_signature") })
 	}
 }

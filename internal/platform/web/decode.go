@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 
@@ -24,11 +25,18 @@ func ReadBody(r *http.Request) ([]byte, error) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		var (
+			tooLarge *http.MaxBytesError
+			netErr   net.Error
+		)
+		switch {
+		case errors.As(err, &tooLarge):
 			return nil, apperr.ErrPayloadTooLarge
+		case errors.As(err, &netErr) && netErr.Timeout():
+			// The error names the sockets; the client learns only what happened.
+			return nil, apperr.ErrRequestTimeout
 		}
-		return nil, apperr.ErrInvalidRequest.Withf("cannot read body: %v", err)
+		return nil, apperr.ErrInvalidRequest.Withf("cannot read the body: the connection failed before it ended")
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return body, nil

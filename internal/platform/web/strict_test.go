@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -339,7 +340,7 @@ func TestUnauthorizedChallenge(t *testing.T) {
 		{"user: unknown key", web.RequireUser(users)(whoAmI), "Bearer nobody", "unauthorized"},
 		{"admin: no key", web.RequireAdmin(adminKey, users)(whoAmI), "", "unauthorized"},
 		{"admin: unknown key", web.RequireAdmin(adminKey, users)(whoAmI), "Bearer nobody", "unauthorized"},
-		{"signature: wrong", web.RequireSignature("secret")(ok), "", "invalid_signature"},
+		{"signature: wrong", web.RequireReportSignature("secret", "trade", time.Minute)(ok), "", "invalid_signature"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package payment
+package notify
 
 import (
 	"context"
@@ -9,12 +9,11 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/platform/apperr"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
-	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
 // Group is the consumer group of the payment notifications topic.
@@ -24,19 +23,23 @@ const Group = "oncepay-payments"
 const HeaderRejectReason = "X-Reject-Reason"
 
 // The reasons a message is dead-lettered, sent in HeaderRejectReason. An unparseable message
-// carries ReasonUnparseable followed by ": " and the parser's error.
+// carries ReasonUnparseable followed by ": " and the parser's error; a report the work refused
+// carries its problem code (amount_mismatch, not_found, trade_conflict).
 const (
 	// ReasonUnsigned is a message without an X-Signature header, or with an empty one.
 	ReasonUnsigned = "unsigned"
-	// ReasonInvalidSignature is a message whose X-Signature is not the HMAC of its value.
+	// ReasonInvalidSignature is a message whose X-Signature is not the signature of its value
+	// as a trade report, or whose timestamp is older than the redelivery window.
 	ReasonInvalidSignature = "invalid_signature"
-	// ReasonUnparseable is a signed message that is not a valid notification.
+	// ReasonUnparseable is a signed message that is not a valid report.
 	ReasonUnparseable = "unparseable"
-	// ReasonKeyReused is a notification whose channel + trade_no was stored with another body.
+	// ReasonUnknownChannel is a report from a channel that is not configured.
+	ReasonUnknownChannel = "unknown_channel"
+	// ReasonKeyReused is a report whose channel + trade_no was stored with another body.
 	ReasonKeyReused = "key_reused"
-	// ReasonTradeConflict is a notification whose channel + trade_no belongs to another order;
-	// an anomaly trade_conflict is recorded as well.
-	ReasonTradeConflict = anomaly.TradeConflict
+	// ReasonTradeConflict is a report whose channel + trade_no belongs to another order or
+	// recharge; an anomaly trade_conflict is recorded as well.
+	ReasonTradeConflict = "trade_conflict"
 )
 
 // MessageWriter publishes messages: a *kafka.Writer, or a stand-in in tests.
@@ -44,31 +47,29 @@ type MessageWriter interface {
 	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
 }
 
-// Consumer applies notifications from the payment.notifications topic through the same
-// Service and the same key (channel + trade_no) as the HTTP path, so a Kafka redelivery of a
-// notification that already arrived over HTTP is a replay, not a second payment (I1).
+// Consumer feeds the payment.notifications topic into the port: the same parser, key,
+// fingerprint and work as the HTTP route, so a Kafka redelivery of a report that already
+// arrived over HTTP is a replay, not a second payment (I1).
 //
-// A message is trusted only with the channel's signature: its X-Signature header must be the
-// HMAC-SHA256 of its value under the channel secret, as over HTTP. A message that is unsigned,
-// wrongly signed or unparseable, or that reuses a key with another body (or names another
-// order than its trade's), is never applied: it goes to the dead-letter topic with its
-// X-Reject-Reason. A message's offset is committed only after its transaction committed, it
-// was found a duplicate, or its dead letter was written; until then it is retried in place,
-// with backoff, so that no message is skipped, and stopping leaves it for redelivery.
+// A message is trusted only with its channel's signature (X-Signature, the trade kind), as
+// over HTTP, except that its timestamp may be as old as the redelivery window: a message
+// waits in its topic. A message that is unsigned, wrongly signed or unparseable, from an
+// unknown channel, refused by the work, or that reuses a key with another body, is never
+// applied: it goes to the dead-letter topic with its X-Reject-Reason. Its offset is committed
+// only after its transaction committed, it was found a duplicate, or its dead letter was
+// written; until then it is retried in place, with backoff, so that no message is skipped,
+// and stopping leaves it for redelivery.
 type Consumer struct {
-	cluster  *kafkax.Cluster
-	reader   *kafka.Reader
-	dlq      MessageWriter
-	guard    *idempotent.Guard
-	payments *Service
-	secret   []byte
-	joined   atomic.Bool
+	port    *Port
+	cluster *kafkax.Cluster
+	reader  *kafka.Reader
+	dlq     MessageWriter
+	joined  atomic.Bool
 }
 
-// NewConsumer returns a consumer of cluster's payment.notifications topic whose messages must
-// be signed with secret, the channel secret (ONCEPAY_CHANNEL_SECRET).
-func NewConsumer(cluster *kafkax.Cluster, guard *idempotent.Guard, payments *Service, secret string) *Consumer {
-	return &Consumer{cluster: cluster, guard: guard, payments: payments, secret: []byte(secret)}
+// NewConsumer returns a consumer of cluster's payment.notifications topic into p.
+func NewConsumer(p *Port, cluster *kafkax.Cluster) *Consumer {
+	return &Consumer{port: p, cluster: cluster}
 }
 
 // WithDeadLetterWriter makes the consumer write its dead letters through w instead of a
@@ -98,7 +99,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			slog.WarnContext(ctx, "payment consumer: fetch", "err", err)
+			slog.WarnContext(ctx, "report consumer: fetch", "err", err)
 			sleep(ctx, time.Second)
 			continue
 		}
@@ -107,7 +108,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return nil // stopping: the message stays uncommitted and will be redelivered
 		}
 		if err := c.reader.CommitMessages(context.WithoutCancel(ctx), m); err != nil {
-			slog.WarnContext(ctx, "payment consumer: commit", "offset", m.Offset, "err", err)
+			slog.WarnContext(ctx, "report consumer: commit", "offset", m.Offset, "err", err)
 		}
 	}
 }
@@ -130,7 +131,7 @@ func (c *Consumer) watchJoin(ctx context.Context) {
 }
 
 // handle processes m until it is done (applied, a duplicate, or dead-lettered) and reports
-// true; it retries failures in place, with backoff, so that a failed message is never
+// true; it retries other failures in place, with backoff, so that a failed message is never
 // skipped. It reports false only when ctx ends first.
 func (c *Consumer) handle(ctx context.Context, m kafka.Message) bool {
 	id := kafkax.RequestID(m)
@@ -138,75 +139,83 @@ func (c *Consumer) handle(ctx context.Context, m kafka.Message) bool {
 		id = requestid.New()
 	}
 	ctx = requestid.With(ctx, id)
-	n, reason := c.admit(m)
+	r, reason := c.admit(m)
 	if reason != "" {
 		return c.deadLetter(ctx, m, reason)
 	}
-	req := idempotent.Request{
-		Key: n.Key(), Fingerprint: idempotent.Fingerprint("POST", Route, m.Value),
-		Via: "kafka", Reject: idemhttp.StoredProblemAt(Route),
-	}
 	for attempt := 0; ; attempt++ {
-		res, err := c.guard.Message(ctx, req, c.payments.Work(n))
+		res, _, err := c.port.deliver(ctx, r, "kafka", c.port.cfg.Guard.Message)
 		if err == nil && res.Layer == idempotent.LayerMessage {
-			err = c.sameBody(ctx, req)
+			err = c.sameBody(ctx, r)
 		}
-		switch {
-		case err == nil:
-			slog.InfoContext(ctx, "payment notification consumed", "trade_no", n.TradeNo, "outcome", res.Outcome,
+		if err == nil {
+			slog.InfoContext(ctx, "trade report consumed", "trade_no", r.Number, "outcome", res.Outcome,
 				"layer", res.Layer, "partition", m.Partition, "offset", m.Offset)
 			return true
-		case errors.Is(err, idempotent.ErrKeyReused):
-			// The same channel + trade_no with another body (I1): never applied, never
-			// acknowledged as a replay. It names another order: a trade_conflict, kept as an
-			// anomaly too.
-			conflict, cerr := c.payments.TradeConflict(ctx, n)
-			if cerr == nil {
-				reason := ReasonKeyReused
-				if conflict {
-					reason = ReasonTradeConflict
-				}
-				return c.deadLetter(ctx, m, reason)
-			}
-			err = cerr
 		}
-		slog.WarnContext(ctx, "payment notification: will retry", "trade_no", n.TradeNo, "attempt", attempt, "err", err)
+		if reason := deadLetterReason(err); reason != "" {
+			return c.deadLetter(ctx, m, reason)
+		}
+		slog.WarnContext(ctx, "trade report: will retry", "trade_no", r.Number, "attempt", attempt, "err", err)
 		if !sleep(ctx, backoff(attempt)) {
 			return false
 		}
 	}
 }
 
+// deadLetterReason is the reason to dead-letter a message whose delivery failed with err, or
+// "" when err may pass (the database down, a copy in flight): the message is retried then.
+func deadLetterReason(err error) string {
+	switch {
+	case errors.Is(err, idempotent.ErrKeyReused):
+		return ReasonKeyReused
+	case errors.Is(err, ErrTradeConflict):
+		return ReasonTradeConflict
+	}
+	if e, ok := apperr.As(err); ok && e.Status >= 400 && e.Status < 500 && e.Status != 409 {
+		return e.Code
+	}
+	return ""
+}
+
 // admit checks m before anything is keyed or applied (I1: a queue is one more entry path, and
-// it is held to the HTTP path's rules): the channel's signature on the value, compared in
-// constant time, then the notification parsed and validated completely. It returns the
-// notification, or the reason to dead-letter m.
-func (c *Consumer) admit(m kafka.Message) (Notification, string) {
-	sig, _ := header(m, web.HeaderSignature)
+// it is held to the HTTP path's rules): the channel configured, its signature on the value,
+// then the report parsed and validated completely. It returns the report, or the reason to
+// dead-letter m.
+func (c *Consumer) admit(m kafka.Message) (Report, string) {
+	sig, _ := header(m, reportsig.Header)
 	if sig == "" {
-		return Notification{}, ReasonUnsigned
+		return Report{}, ReasonUnsigned
 	}
-	if !web.ValidSignature(string(c.secret), m.Value, sig) {
-		return Notification{}, ReasonInvalidSignature
+	secret, err := c.port.secretFor(m.Value)
+	switch {
+	case errors.Is(err, ErrUnknownChannel):
+		return Report{}, ReasonUnknownChannel
+	case err != nil:
+		return Report{}, ReasonUnparseable + ": " + err.Error()
 	}
-	n, err := Parse(m.Value)
+	if err := reportsig.Verify(secret, sig, string(Trade), m.Value, c.port.cfg.Now(), c.port.cfg.KafkaWindow); err != nil {
+		return Report{}, ReasonInvalidSignature
+	}
+	r, err := Parse(Trade, m.Value)
 	if err != nil {
-		return Notification{}, ReasonUnparseable + ": " + err.Error()
+		return Report{}, ReasonUnparseable + ": " + err.Error()
 	}
-	return n, ""
+	return r, ""
 }
 
 // sameBody confirms a copy that the guard's message marker answered as a duplicate. The
-// marker remembers only that the key is done, not with which body, so the committed dedup
-// record is asked: another fingerprint is ErrKeyReused. A record already purged leaves the
-// copy a duplicate: the state preconditions still hold without it (I6).
-func (c *Consumer) sameBody(ctx context.Context, req idempotent.Request) error {
-	rec, found, err := c.guard.Lookup(ctx, req.Key)
+// marker remembers only that the key is done, not with which report, so the committed dedup
+// record is asked: another fingerprint is ErrKeyReused (a trade_conflict when the number
+// belongs to another owner). A record already purged leaves the copy a duplicate: the claims
+// and the state preconditions still hold without it (I13).
+func (c *Consumer) sameBody(ctx context.Context, r Report) error {
+	rec, found, err := c.port.cfg.Guard.Lookup(ctx, r.Key())
 	switch {
 	case err != nil:
 		return err
-	case found && rec.Fingerprint != req.Fingerprint:
-		return idempotent.ErrKeyReused
+	case found && rec.Fingerprint != r.Fingerprint():
+		return c.port.explain(ctx, r, idempotent.ErrKeyReused)
 	}
 	return nil
 }
@@ -226,10 +235,10 @@ func (c *Consumer) deadLetter(ctx context.Context, m kafka.Message, reason strin
 	for attempt := 0; ; attempt++ {
 		err := c.dlq.WriteMessages(ctx, letter)
 		if err == nil {
-			slog.WarnContext(ctx, "payment notification dead-lettered", "partition", m.Partition, "offset", m.Offset, "reason", reason)
+			slog.WarnContext(ctx, "trade report dead-lettered", "partition", m.Partition, "offset", m.Offset, "reason", reason)
 			return true
 		}
-		slog.WarnContext(ctx, "payment notification: dead letter not written, will retry", "partition", m.Partition,
+		slog.WarnContext(ctx, "trade report: dead letter not written, will retry", "partition", m.Partition,
 			"offset", m.Offset, "reason", reason, "attempt", attempt, "err", err)
 		if !sleep(ctx, backoff(attempt)) {
 			return false

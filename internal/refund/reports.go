@@ -1,0 +1,140 @@
+package refund
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/order"
+	"github.com/oncepay/oncepay/internal/platform/database"
+)
+
+// Reports applies the channel's refund reports (notify.Refund): the inbound half of refunds.
+type Reports struct {
+	orders    *order.Service
+	anomalies *anomaly.Recorder
+}
+
+// NewReports returns the applier of refund reports.
+func NewReports(orders *order.Service, anomalies *anomaly.Recorder) *Reports {
+	return &Reports{orders: orders, anomalies: anomalies}
+}
+
+// Apply ends the refund r names, in tx (the guard's, whose dedup record on channel +
+// refund_no commits with it, and in which the port has claimed the refund_no for it): the
+// conditional move to SUCCEEDED or FAILED, then — when the SUCCEEDED refunds of an order (not
+// the anomalies') reach its amount — the order's move PAID → REFUNDED with its stock
+// returned, the contended rows last.
+//
+// A refund nobody issued, or a different amount, is refused and stores nothing. A refund that
+// already ended this way is a duplicate; one that ended the other way (FAILED, then SUCCESS)
+// keeps its status — a terminal status never moves silently — and the channel's word is kept
+// on the row (channel_status) and as an anomaly refund_status_conflict, for an operator.
+func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (notify.Outcome, error) {
+	to, final := target(r.Status)
+	if !final {
+		return notify.Ignored, nil
+	}
+	var rf Refund
+	err := tx.WithContext(ctx).Where("out_refund_no = ? AND channel = ?", r.OutNo, r.Channel).Take(&rf).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return 0, notify.Refuse(ErrNotFound.Withf("no refund %q at channel %s", r.OutNo, r.Channel), nil)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if rf.Amount != r.Amount {
+		detail := fmt.Sprintf("refund %d is %d, the channel reported %d", rf.ID, rf.Amount, r.Amount)
+		return 0, notify.Refuse(ErrAmountMismatch.Withf("%s", detail), s.kept(anomaly.AmountMismatch, rf, r, detail))
+	}
+	completes := to == Succeeded && rf.AnomalyID == nil && rf.OrderID != nil
+	if completes {
+		// Two partial refunds of one order that succeed at the same moment must not each
+		// count only themselves and leave the order PAID (write skew, found by the chaos
+		// run): the order's row is locked before the refund moves, so the two reports take
+		// turns, and completeOrder's sum is a current read that sees the other's commit.
+		if err := s.lockOrder(ctx, tx, *rf.OrderID); err != nil {
+			return 0, err
+		}
+	}
+	moved, err := transition(ctx, tx, rf.ID, to, map[string]any{"refund_no": r.Number, "channel_status": r.Status})
+	switch {
+	case err != nil:
+		return 0, err
+	case moved && completes:
+		return notify.Applied, s.completeOrder(ctx, tx, *rf.OrderID)
+	case moved:
+		return notify.Applied, nil
+	}
+	return s.ended(ctx, tx, rf.ID, to, r)
+}
+
+// ended answers a report about refund id, which had already ended: a duplicate when it ended
+// the way r says, a refund_status_conflict when the other way.
+func (s *Reports) ended(ctx context.Context, tx *gorm.DB, id int64, to Status, r notify.Report) (notify.Outcome, error) {
+	var rf Refund
+	if err := database.ForUpdate(tx.WithContext(ctx)).Where("id = ?", id).Take(&rf).Error; err != nil {
+		return 0, err
+	}
+	if rf.Status == to {
+		return notify.Duplicate, nil
+	}
+	detail := fmt.Sprintf("refund %d is %s; the channel now reports %s (%s %s): check the money at the channel", rf.ID, rf.Status, r.Status, r.Channel, r.Number)
+	err := tx.WithContext(ctx).Model(&Refund{}).Where("id = ? AND (channel_status IS NULL OR channel_status <> ?)", rf.ID, r.Status).
+		Updates(map[string]any{"channel_status": r.Status, "updated_at": time.Now().UTC()}).Error
+	if err != nil {
+		return 0, err
+	}
+	return notify.Kept, s.anomalies.Record(ctx, tx, *s.kept(anomaly.RefundStatusConflict, rf, r, detail))
+}
+
+// kept is the anomaly of kind that keeps r, a report about refund rf.
+func (s *Reports) kept(kind string, rf Refund, r notify.Report, detail string) *anomaly.Anomaly {
+	return &anomaly.Anomaly{Kind: kind, OrderID: rf.OrderID, RechargeID: rf.RechargeID, Channel: r.Channel, TradeNo: r.Number, Amount: r.Amount, Detail: detail}
+}
+
+// lockOrder takes the row lock of order id in tx (a no-op read on SQLite, whose write
+// transactions are serialized already).
+func (s *Reports) lockOrder(ctx context.Context, tx *gorm.DB, id int64) error {
+	var locked struct{ ID int64 }
+	err := database.ForUpdate(tx.WithContext(ctx)).Model(&order.Order{}).Select("id").Where("id = ?", id).Take(&locked).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return order.ErrNotFound
+	}
+	return err
+}
+
+// completeOrder moves the order to REFUNDED once its SUCCEEDED refunds reach its amount.
+func (s *Reports) completeOrder(ctx context.Context, tx *gorm.DB, orderID int64) error {
+	o, err := s.orders.Lookup(ctx, tx, orderID)
+	if err != nil {
+		return err
+	}
+	var refunded int64
+	// A current read (FOR UPDATE on MySQL): under REPEATABLE READ a plain SUM would answer
+	// from this transaction's snapshot, older than the refund that committed while it waited
+	// for the order's lock.
+	err = database.ForUpdate(tx.WithContext(ctx)).Model(&Refund{}).Select("COALESCE(SUM(amount), 0)").
+		Where("order_id = ? AND anomaly_id IS NULL AND status = ?", orderID, Succeeded).Scan(&refunded).Error
+	if err != nil || refunded < o.Amount {
+		return err
+	}
+	_, err = s.orders.Refund(ctx, tx, orderID)
+	return err
+}
+
+// transition moves refund id to status to from one of From(to), setting the extra columns.
+// Rows affected decides.
+func transition(ctx context.Context, db *gorm.DB, id int64, to Status, set map[string]any) (bool, error) {
+	cols := map[string]any{"status": to, "updated_at": time.Now().UTC()}
+	for k, v := range set {
+		cols[k] = v
+	}
+	res := db.WithContext(ctx).Model(&Refund{}).Where("id = ? AND status IN ?", id, From(to)).Updates(cols)
+	return res.RowsAffected == 1, res.Error
+}
