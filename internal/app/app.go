@@ -64,7 +64,7 @@ type App struct {
 	Guard *idempotent.Guard
 	// Reports is the inbound port of channel reports.
 	Reports *notify.Port
-	idem  *idemhttp.Adapter
+	idem    *idemhttp.Adapter
 
 	anomalies *anomaly.Recorder
 	users     *account.Users

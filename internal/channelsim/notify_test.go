@@ -5,13 +5,15 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 )
 
 // checkTradeNotification requires that d is the signed notification of trade tr.
 func checkTradeNotification(t *testing.T, d received, tr Trade) {
 	t.Helper()
-	if !Verify(testSecret, d.Body, d.Signature) {
-		t.Errorf("signature %q does not sign %s", d.Signature, d.Body)
+	if err := reportsig.Verify(testSecret, d.Signature, KindTrade, d.Body, time.Now(), time.Minute); err != nil {
+		t.Errorf("signature %q does not sign %s as a fresh trade report: %v", d.Signature, d.Body, err)
 	}
 	want, _ := json.Marshal(TradeNotification{Channel: DefaultChannel, TradeNo: tr.TradeNo, OutTradeNo: tr.OutTradeNo, Amount: tr.Amount, Status: TradeSuccess})
 	if string(d.Body) != string(want) {

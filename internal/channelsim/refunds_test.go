@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 )
 
 func TestRefundsAreIdempotentAndBounded(t *testing.T) {
@@ -41,7 +43,7 @@ func TestRefundsAreIdempotentAndBounded(t *testing.T) {
 	waitFor(t, 2*time.Second, "the refund notification", func() bool { return rcv.count() == 2 }) // payment + r1; r3 has no notify_url
 	d := rcv.deliveries()[1]
 	want, _ := json.Marshal(RefundNotification{Channel: DefaultChannel, RefundNo: first.RefundNo, OutRefundNo: "r1", Amount: 600, Status: RefundSuccess})
-	if string(d.Body) != string(want) || !Verify(testSecret, d.Body, d.Signature) {
+	if string(d.Body) != string(want) || reportsig.Verify(testSecret, d.Signature, KindRefund, d.Body, time.Now(), time.Minute) != nil {
 		t.Errorf("refund notification %s (signature %s), want %s", d.Body, d.Signature, want)
 	}
 }
@@ -135,4 +137,58 @@ func TestBillsListWhatSettledThatDay(t *testing.T) {
 	}
 	e.wantProblem(http.MethodGet, "/channel/v1/bills?date=03/01/2026", nil, http.StatusBadRequest, "invalid_request")
 	e.wantProblem(http.MethodGet, "/channel/v1/bills", nil, http.StatusBadRequest, "invalid_request")
+}
+
+// TestRefundByTradeNo: a refund may name the trade by the channel's own trade_no instead of
+// out_trade_no (as Alipay and WeChat allow); it is the same trade, bounded by the same cap, and
+// idempotent by out_refund_no whichever number named it. Naming both, or a trade_no nobody
+// issued, is refused.
+func TestRefundByTradeNo(t *testing.T) {
+	e := newEnv(t, testConfig())
+	tr := e.createTrade("order-1", 1000, "http://127.0.0.1:1/v1/payments/notify")
+	e.pay("order-1")
+	var byNo Refund
+	e.mustDo(http.MethodPost, "/channel/v1/refunds", RefundRequest{OutRefundNo: "r1", TradeNo: tr.TradeNo, Amount: 600}, http.StatusOK, &byNo)
+	if byNo.OutTradeNo != "order-1" || byNo.Amount != 600 {
+		t.Fatalf("refund by trade_no = %+v, want one of order-1's trade", byNo)
+	}
+	var again Refund
+	e.mustDo(http.MethodPost, "/channel/v1/refunds", RefundRequest{OutRefundNo: "r1", OutTradeNo: "order-1", Amount: 600}, http.StatusOK, &again)
+	if again.RefundNo != byNo.RefundNo {
+		t.Errorf("the same out_refund_no by out_trade_no = %+v, want the refund %s again", again, byNo.RefundNo)
+	}
+	e.wantProblem(http.MethodPost, "/channel/v1/refunds", RefundRequest{OutRefundNo: "r2", TradeNo: tr.TradeNo, Amount: 401}, http.StatusConflict, "refund_exceeds")
+	e.wantProblem(http.MethodPost, "/channel/v1/refunds", RefundRequest{OutRefundNo: "r3", TradeNo: "T-NOBODY", Amount: 1}, http.StatusNotFound, "trade_not_found")
+	e.wantProblem(http.MethodPost, "/channel/v1/refunds", RefundRequest{OutRefundNo: "r4", TradeNo: tr.TradeNo, OutTradeNo: "order-1", Amount: 1}, http.StatusBadRequest, "invalid_request")
+}
+
+// TestPayRefusesCrossSite: the buyer's pay action refuses a browser request from another
+// site (its Origin, or Sec-Fetch-Site), and changes nothing; the cashier page's own origin
+// and tools that send no Origin may pay.
+func TestPayRefusesCrossSite(t *testing.T) {
+	e := newEnv(t, testConfig())
+	e.createTrade("order-1", 1000, "http://127.0.0.1:1/v1/payments/notify")
+	pay := func(header map[string]string) int {
+		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/sim/trades/order-1/pay", nil)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for _, h := range []map[string]string{{"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}, {"Origin": "null"}} {
+		if got := pay(h); got != http.StatusForbidden {
+			t.Errorf("pay with %v = %d, want 403", h, got)
+		}
+	}
+	if st := e.getTrade("order-1").Status; st != TradeWaitBuyerPay {
+		t.Fatalf("trade is %s after refused pays, want WAIT_BUYER_PAY", st)
+	}
+	if got := pay(map[string]string{"Origin": e.srv.URL, "Sec-Fetch-Site": "same-origin"}); got != http.StatusOK {
+		t.Errorf("pay from the cashier's own origin = %d, want 200", got)
+	}
 }

@@ -136,7 +136,9 @@ func (p *Port) deliver(ctx context.Context, r Report, via string, run runner) (i
 // storeNoRefusal is the guard's Reject for reports: nothing a report's work refuses is
 // stored (docs/contract.md), so that a corrected copy, or the same copy once the order it
 // names is visible, still applies.
-func storeNoRefusal(context.Context, error) (idempotent.Response, bool) { return idempotent.Response{}, false }
+func storeNoRefusal(context.Context, error) (idempotent.Response, bool) {
+	return idempotent.Response{}, false
+}
 
 // explain completes the guard's error for r: a refusal's anomaly is recorded, on its own
 // since its transaction rolled back; a key reused by another owner than the number's is a
