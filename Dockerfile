@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 
 # oncepay image: a static Go build in a pinned toolchain image, shipped on distroless as a
-# non-root user. Both binaries go in: /oncepay (the server; `/oncepay migrate` applies the
-# embedded migrations) and /drill (the incident drills).
+# non-root user. Three binaries go in: /oncepay (the server; `/oncepay migrate` applies the
+# embedded migrations), /channelsim (the payment channel simulator, which docker-compose.yml
+# runs as a service of its own) and /drill (the incident drills).
 # deploy/compose_test.go checks the properties below (pinned bases, CGO off, non-root).
 
 # ---- build ------------------------------------------------------------------------------
@@ -23,6 +24,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/oncepay ./cmd/oncepay && \
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/channelsim ./cmd/channelsim && \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/drill ./cmd/drill
 
 # ---- run --------------------------------------------------------------------------------
@@ -30,6 +32,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 FROM gcr.io/distroless/static-debian12:nonroot
 
 COPY --from=build /out/oncepay /oncepay
+COPY --from=build /out/channelsim /channelsim
 COPY --from=build /out/drill /drill
 
 # The home of the nonroot user (uid 65532) is writable, so ./data (embedded mode only) works.

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -304,6 +305,9 @@ func TestAppSetsRequiredEnvironment(t *testing.T) {
 		{"ONCEPAY_CHANNEL_SECRET", "unset means dev-channel-secret, which the app refuses with a real DB"},
 		{"ONCEPAY_ADMIN_KEY", "unset means dev-admin-key, which the app refuses with a real DB"},
 		{"ONCEPAY_HTTP_ADDR", "the app must listen on the port that ports: publishes"},
+		{"ONCEPAY_CHANNEL_URL", "a real database refuses to start without a configured channel"},
+		{"ONCEPAY_CHANNELS", "a real channel needs the list of channels oncepay hears"},
+		{"ONCEPAY_PUBLIC_URL", "the channel calls back notify_url, built on it, from its own container"},
 	}
 	for _, tt := range required {
 		t.Run(tt.name, func(t *testing.T) {
@@ -405,7 +409,7 @@ func TestAppWaitsForHealthyDependencies(t *testing.T) {
 	if !ok {
 		t.Fatalf("%s has no %q service", composePath, appService)
 	}
-	for _, dep := range []string{"mysql", "redis", "kafka"} {
+	for _, dep := range []string{"mysql", "redis", "kafka", "channelsim"} {
 		t.Run(dep, func(t *testing.T) {
 			cond, ok := app.DependsOn[dep]
 			switch {
@@ -789,5 +793,53 @@ func TestDockerfileBuildsWithoutCgo(t *testing.T) {
 	}
 	if total == 0 {
 		t.Errorf("%s runs no `go build`", dockerfilePath)
+	}
+}
+
+// TestChannelSimulatorIsItsOwnServiceOnTheHost: the simulator runs as a service of its own
+// (never a channel embedded silently in the app), shares the app's channel secret, and its
+// cashier page — the pay_url the app hands out — is published on the host at the port and
+// public URL it puts in pay_url; the app's ONCEPAY_CHANNEL_URL reaches it by service name.
+func TestChannelSimulatorIsItsOwnServiceOnTheHost(t *testing.T) {
+	raw, err := os.ReadFile(composePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Services map[string]struct {
+			Entrypoint  []string    `yaml:"entrypoint"`
+			Command     []string    `yaml:"command"`
+			Ports       []string    `yaml:"ports"`
+			Environment environment `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	sim, ok := c.Services["channelsim"]
+	if !ok || len(sim.Entrypoint) != 1 || sim.Entrypoint[0] != "/channelsim" {
+		t.Fatalf("channelsim service %+v: want one running /channelsim", sim)
+	}
+	flag := func(name string) string {
+		for i := 0; i+1 < len(sim.Command); i++ {
+			if sim.Command[i] == name {
+				return sim.Command[i+1]
+			}
+		}
+		return ""
+	}
+	public, err := url.Parse(flag("-public-url"))
+	if err != nil || public.Hostname() != "localhost" {
+		t.Fatalf("-public-url %q: want http://localhost:<port>, which a browser on the host opens", flag("-public-url"))
+	}
+	if want := public.Port() + ":" + strings.TrimPrefix(flag("-addr"), ":"); !slices.Contains(sim.Ports, want) {
+		t.Errorf("ports %v: want %q, the port pay_url names published to the listen port", sim.Ports, want)
+	}
+	app := c.Services[appService]
+	if got := app.Environment["ONCEPAY_CHANNEL_URL"].Value; got != "http://channelsim"+flag("-addr") {
+		t.Errorf("app ONCEPAY_CHANNEL_URL = %q, want the simulator by service name, http://channelsim%s", got, flag("-addr"))
+	}
+	if sim.Environment["ONCEPAY_CHANNEL_SECRET"] != app.Environment["ONCEPAY_CHANNEL_SECRET"] {
+		t.Errorf("the simulator's secret %v differs from the app's %v: every report would be refused", sim.Environment["ONCEPAY_CHANNEL_SECRET"], app.Environment["ONCEPAY_CHANNEL_SECRET"])
 	}
 }

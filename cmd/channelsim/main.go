@@ -54,6 +54,9 @@ type options struct {
 	stateFile string
 	publicURL string
 	channel   string
+	// check probes a running simulator at addr instead of serving: a container healthcheck
+	// on an image without a shell.
+	check bool
 }
 
 // parseOptions reads the flags, which default to the environment.
@@ -65,6 +68,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	dataDir := fs.String("data-dir", cmp.Or(getenv("ONCEPAY_DATA_DIR"), defaultDataDir), "directory of "+stateFileName+" (ONCEPAY_DATA_DIR)")
 	publicURL := fs.String("public-url", "", "base URL of the simulator in pay_url (default http://<addr>)")
 	channel := fs.String("channel", channelsim.DefaultChannel, "channel name put in notifications")
+	check := fs.Bool("check", false, "probe the simulator listening on -addr and exit 0 when it answers (a healthcheck)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -82,6 +86,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		stateFile: filepath.Join(*dataDir, stateFileName),
 		publicURL: cmp.Or(*publicURL, publicURLOf(*addr)),
 		channel:   *channel,
+		check:     *check,
 	}, nil
 }
 
@@ -103,6 +108,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	opts, err := parseOptions(args, getenv, stderr)
 	if err != nil {
 		return err
+	}
+	if opts.check {
+		return probe(ctx, publicURLOf(opts.addr))
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	sim, err := channelsim.New(channelsim.Config{
@@ -145,4 +153,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		err = nil
 	}
 	return errors.Join(err, sim.Close())
+}
+
+// probe asks the simulator at base for its faults, the cheapest read it serves, and reports
+// whether it answered 200 within two seconds.
+func probe(ctx context.Context, base string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/sim/faults", nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s/sim/faults answered %d", base, res.StatusCode)
+	}
+	return nil
 }

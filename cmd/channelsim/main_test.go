@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -55,5 +56,34 @@ func TestRunServesUntilCancelledAndSavesState(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "channelsim.json")); err != nil {
 		t.Errorf("state file: %v", err)
+	}
+}
+
+// TestCheckProbesARunningSimulator: -check exits 0 against a simulator that serves on -addr,
+// and with an error where nothing listens, which is what a container healthcheck needs.
+func TestCheckProbesARunningSimulator(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	env := func(string) string { return "" }
+	if err := run(context.Background(), []string{"-addr", addr, "-check"}, env, io.Discard); err == nil {
+		t.Fatal("-check succeeded where nothing listens")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = run(ctx, []string{"-addr", addr, "-data-dir", t.TempDir()}, env, io.Discard) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := run(context.Background(), []string{"-addr", addr, "-check"}, env, io.Discard)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("-check against a running simulator: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -22,8 +22,15 @@ import (
 
 // violation is one broken invariant, named by the check that found it.
 type violation struct {
-	Check  string `json:"check"`
-	Detail string `json:"detail"`
+	Check string `json:"check"`
+	// Invariant is the rule the check holds, in words.
+	Invariant string `json:"invariant"`
+	Detail    string `json:"detail"`
+	// Keys are the ids, keys and numbers the detail names that the history knows.
+	Keys []string `json:"keys,omitempty"`
+	// History are the lines of the history (and of the channel's notifications) that name
+	// one of Keys, oldest first: what a person reads to see how it happened.
+	History []string `json:"history,omitempty"`
 }
 
 // checkResult is one invariant and how it fared.
@@ -56,19 +63,59 @@ type checker struct {
 	dbOrders map[string]dbOrder
 }
 
-// maxListed bounds the violations listed per check; the count stays exact.
-const maxListed = 20
+// maxEvidence bounds the history lines kept per violation; every violation is listed.
+const maxEvidence = 60
 
-// add records the result of one check and its violations.
+// add records the result of one check and every one of its violations, each with the
+// history lines that show it.
 func (c *checker) add(name, invariant string, checked int, vs []string) {
 	c.results = append(c.results, checkResult{Name: name, Invariant: invariant, Checked: checked, Violations: len(vs)})
-	for i, v := range vs {
-		if i == maxListed {
-			c.violations = append(c.violations, violation{name, fmt.Sprintf("… and %d more", len(vs)-maxListed)})
+	for _, v := range vs {
+		keys, lines := c.evidence(v)
+		c.violations = append(c.violations, violation{Check: name, Invariant: invariant, Detail: v, Keys: keys, History: lines})
+	}
+}
+
+// evidence finds the keys a violation's detail names — the words of ten characters or more
+// made of letters, digits, '-' and '_': order, refund and recharge ids, trade numbers,
+// Idempotency-Keys — and the history events and channel notifications that carry one of
+// them, rendered one per line, at most maxEvidence of them.
+func (c *checker) evidence(detail string) ([]string, []string) {
+	var keys []string
+	for _, w := range strings.FieldsFunc(detail, func(r rune) bool {
+		return !(r == '-' || r == '_' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z'))
+	}) {
+		if len(w) >= 10 && !slices.Contains(keys, w) {
+			keys = append(keys, w)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	names := func(s string) bool {
+		for _, k := range keys {
+			if strings.Contains(s, k) {
+				return true
+			}
+		}
+		return false
+	}
+	var lines []string
+	for _, e := range c.events {
+		if len(lines) == maxEvidence {
+			lines = append(lines, "… (more in history.jsonl)")
 			break
 		}
-		c.violations = append(c.violations, violation{name, v})
+		if slices.Contains(keys, e.Key) || names(e.Path) || names(e.Req) || names(e.Resp) || names(e.Detail) {
+			lines = append(lines, e.line())
+		}
 	}
+	for _, n := range c.state.Notifications {
+		if names(n.OutTradeNo) || names(n.OutRefundNo) || names(string(n.Body)) {
+			lines = append(lines, fmt.Sprintf("channel notification %s %s %s: %s after %d rounds, %d attempts", n.ID, n.Kind, n.Body, n.Status, n.Rounds, len(n.Attempts)))
+		}
+	}
+	return keys, lines
 }
 
 // userWrites are the operations that carry an Idempotency-Key.

@@ -275,18 +275,37 @@ func TestCheckKafka(t *testing.T) {
 	}
 }
 
-func TestCheckerListsAtMostMaxListed(t *testing.T) {
-	c := &checker{}
-	vs := make([]string, maxListed+5)
+// TestCheckerPrintsEveryViolationWithItsHistory: every violation is listed, however many,
+// each with its invariant, the keys its detail names and the history lines that carry them,
+// so that a CI log shows what happened without the run's files.
+func TestCheckerPrintsEveryViolationWithItsHistory(t *testing.T) {
+	c := &checker{events: []*event{
+		{Seq: 1, Kind: kindHTTP, Op: "order", User: "u1", Key: "ord-key-000001", Inst: 2, Method: "POST", Path: "/v1/orders", Status: 201, Outcome: "executed", Resp: `{"order_id":"1900000000000000001"}`},
+		{Seq: 2, Kind: kindHTTP, Op: "notify", Key: "T-2026-000000042", Inst: 1, Method: "POST", Path: "/v1/payments/notify", Req: `{"out_trade_no":"1900000000000000001"}`, Status: 200, Outcome: "executed"},
+		{Seq: 3, Kind: kindHTTP, Op: "order", Key: "unrelated-key-9", Inst: 1, Method: "POST", Path: "/v1/orders", Status: 201},
+	}}
+	vs := make([]string, 45)
 	for i := range vs {
-		vs[i] = fmt.Sprintf("v%d", i)
+		vs[i] = fmt.Sprintf("order 1900000000000000001 is PAID without a payment row (%d)", i)
 	}
-	c.add("x", "y", 100, vs)
-	if c.results[0].Violations != maxListed+5 {
-		t.Errorf("counted %d violations, want %d", c.results[0].Violations, maxListed+5)
+	c.add("payments_exactly_once", "one payment per paid order", 100, vs)
+	if c.results[0].Violations != 45 || len(c.violations) != 45 {
+		t.Fatalf("counted %d, listed %d violations; want 45 and 45", c.results[0].Violations, len(c.violations))
 	}
-	if len(c.violations) != maxListed+1 || !strings.Contains(c.violations[maxListed].Detail, "5 more") {
-		t.Errorf("listed %d violations, last %+v; want %d and a summary of 5 more", len(c.violations), c.violations[len(c.violations)-1], maxListed+1)
+	v := c.violations[0]
+	if v.Invariant != "one payment per paid order" || !slices.Equal(v.Keys, []string{"1900000000000000001"}) || len(v.History) != 2 {
+		t.Fatalf("violation %+v: want its invariant, the order id as its key and the two history lines that name it", v)
+	}
+	var out strings.Builder
+	printSummary(&out, summary{Total: 45, Violations: c.violations, Checks: c.results}, "out")
+	for _, want := range []string{"VIOLATION [payments_exactly_once] order 1900000000000000001 is PAID without a payment row (44)", "invariant: one payment per paid order",
+		"#2", "POST /v1/payments/notify key=T-2026-000000042"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the printed summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "unrelated-key-9") {
+		t.Error("the printed summary shows a history line the violation does not name")
 	}
 }
 

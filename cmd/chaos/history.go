@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"sync"
 	"time"
@@ -41,6 +42,21 @@ type event struct {
 	Err      string  `json:"err,omitempty"`
 	Ms       float64 `json:"ms,omitempty"`
 	Detail   string  `json:"detail,omitempty"`
+}
+
+// line renders e on one line, for a violation's evidence.
+func (e *event) line() string {
+	switch e.Kind {
+	case kindHTTP:
+		answer := fmt.Sprintf("%d %s", e.Status, e.Outcome)
+		if e.Err != "" {
+			answer = "error " + e.Err
+		}
+		return fmt.Sprintf("#%d %.0fms %s oncepay-%d %s %s key=%s %s → %s %s (%.0fms)", e.Seq, e.AtMs, e.Op, e.Inst, e.Method, e.Path, e.Key, clip(e.Req), answer, clip(e.Resp), e.Ms)
+	case kindKafka:
+		return fmt.Sprintf("#%d %.0fms kafka %s key=%s %s %s", e.Seq, e.AtMs, e.Op, e.Key, clip(e.Req), e.Err)
+	}
+	return fmt.Sprintf("#%d %.0fms %s %s %s", e.Seq, e.AtMs, e.Kind, e.Op, e.Detail)
 }
 
 // final reports whether an HTTP answer settles its write: a client must retry a network

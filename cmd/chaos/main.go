@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -112,7 +113,7 @@ type summary struct {
 	ByOutcome    map[string]int `json:"answers_by_idempotency_outcome"`
 	Faults       map[string]int `json:"faults"`
 	Checks       []checkResult  `json:"checks"`
-	// Total counts every violation; Violations lists at most maxListed (+1) per check.
+	// Total counts every violation; Violations lists every one, with its evidence.
 	Total       int            `json:"total_violations"`
 	Violations  []violation    `json:"violations"`
 	Orders      map[string]int `json:"orders_by_status"`
@@ -414,7 +415,13 @@ func printSummary(w io.Writer, s summary, out string) {
 		fmt.Fprintf(w, "  %s %-26s %6d checked, %d violations\n", mark, c.Name, c.Checked, c.Violations)
 	}
 	for _, v := range s.Violations {
-		fmt.Fprintf(w, "  violation [%s] %s\n", v.Check, v.Detail)
+		fmt.Fprintf(w, "\nVIOLATION [%s] %s\n  invariant: %s\n", v.Check, v.Detail, v.Invariant)
+		if len(v.Keys) > 0 {
+			fmt.Fprintf(w, "  keys: %s\n", strings.Join(v.Keys, " "))
+		}
+		for _, l := range v.History {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
 	}
 	fmt.Fprintf(w, "%d violations; history, summary and report in %s\n", s.Total, out)
 }

@@ -98,9 +98,11 @@ type RecordView struct {
 	Evictable   bool      `json:"evictable"`
 	Fingerprint string    `json:"fingerprint"`
 	RequestID   string    `json:"request_id"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
-	ExpiresAt   time.Time `json:"expires_at"`
+	// CreatedAt, UpdatedAt and ExpiresAt are the record's; absent for a key in progress
+	// whose record is not written yet.
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Attempts are the answered attempts at the key, oldest first, from the guard's attempt
 	// log (idempotent.Guard.Attempts): request id, path (http, kafka), outcome, layer and
 	// timing of each, so that a person can tell a retry (one request id again, seconds
@@ -108,6 +110,9 @@ type RecordView struct {
 	Attempts []idempotent.Attempt `json:"attempts"`
 	// Evicted is true in the answer of a DELETE that evicted the record.
 	Evicted bool `json:"evicted,omitempty"`
+	// LeaseRemainingMS is, for a key in progress with no record yet, how long its holder's
+	// lease runs unless its watchdog renews it.
+	LeaseRemainingMS int64 `json:"lease_remaining_ms,omitempty"`
 }
 
 // The outcomes a RecordView names.
@@ -123,7 +128,10 @@ func ViewOf(rec idempotent.Record) RecordView {
 		Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey,
 		Status: rec.Status, ResponseStatus: rec.ResponseStatus,
 		Fingerprint: rec.Fingerprint, RequestID: rec.RequestID,
-		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC(),
+	}
+	if !rec.CreatedAt.IsZero() {
+		c, u, e := rec.CreatedAt.UTC(), rec.UpdatedAt.UTC(), rec.ExpiresAt.UTC()
+		v.CreatedAt, v.UpdatedAt, v.ExpiresAt = &c, &u, &e
 	}
 	if id, ok := strings.CutPrefix(rec.Scope, "user:"); ok && rec.BizType == idemhttp.BizType {
 		v.UserID = id
@@ -143,16 +151,24 @@ func ViewOf(rec idempotent.Record) RecordView {
 	return v
 }
 
-// Lookup serves GET /v1/admin/idempotency-records: the record the selector names.
+// Lookup serves GET /v1/admin/idempotency-records: the record the selector names, or — for a
+// key whose first attempt is still running, so that no record is committed yet — the key in
+// progress, with the lease's remaining time and the attempts answered so far (409s). A key in
+// flight is found by a full selector only (user_id and key, or biz_type, biz_key and scope).
 func (h *Handler) Lookup(w http.ResponseWriter, r *http.Request) {
+	var v RecordView
 	rec, err := h.find(r)
+	if err == nil {
+		v = ViewOf(rec)
+	} else if errors.Is(err, apperr.ErrNotFound) {
+		v, err = h.inFlight(r, err)
+	}
 	h.lookups.WithLabelValues(resultOf(err, "found")).Inc()
 	if err != nil {
 		web.WriteError(w, r, err)
 		return
 	}
-	v := ViewOf(rec)
-	v.Attempts, err = h.guard.Attempts(r.Context(), idempotent.Key{Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey})
+	v.Attempts, err = h.guard.Attempts(r.Context(), idempotent.Key{Scope: v.Scope, BizType: v.BizType, BizKey: v.BizKey})
 	if err != nil {
 		slog.WarnContext(r.Context(), "idempotency record lookup: the attempt log is unreadable", "err", err)
 	}
@@ -186,6 +202,25 @@ func (h *Handler) Evict(w http.ResponseWriter, r *http.Request) {
 	v := ViewOf(rec)
 	v.Evicted = true
 	web.WriteJSON(w, http.StatusOK, v)
+}
+
+// inFlight answers a lookup that found no record: the key in progress when an attempt holds
+// its lease, or notFound.
+func (h *Handler) inFlight(r *http.Request, notFound error) (RecordView, error) {
+	sel, err := parseSelector(r.URL.Query())
+	if err != nil || sel.Scope == "" {
+		return RecordView{}, notFound
+	}
+	held, ttl, err := h.guard.InFlight(r.Context(), sel)
+	if err != nil {
+		slog.WarnContext(r.Context(), "idempotency record lookup: the lease is unreadable", "err", err)
+	}
+	if !held {
+		return RecordView{}, notFound
+	}
+	v := ViewOf(idempotent.Record{Scope: sel.Scope, BizType: sel.BizType, BizKey: sel.BizKey, Status: idempotent.StatusProcessing})
+	v.LeaseRemainingMS = max(ttl.Milliseconds(), 1)
+	return v, nil
 }
 
 // find reads the selector of r and returns the committed record it names.

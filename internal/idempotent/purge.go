@@ -2,6 +2,7 @@ package idempotent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -17,10 +18,17 @@ type PurgeOptions struct {
 	Pause time.Duration
 }
 
+// ErrPurgeIncomplete is a purge that stopped because the replay cache entries and consumer
+// markers of a batch could not be dropped (Redis unreachable): the batch's records were kept,
+// so that the next run drops both; the count says how many were purged before.
+var ErrPurgeIncomplete = errors.New("purge stopped: the replay cache could not be cleaned (redis unavailable); the remaining records are kept for the next run")
+
 // Purge deletes dedup records older than opts.OlderThan in bounded batches, and their replay
-// cache entries and consumer markers with them, so that nothing remembers a purged key (I6).
-// The configured retention must cover the longest redelivery window (config validates it);
-// the state preconditions are what still hold for a copy that arrives after its purge.
+// cache entries and consumer markers first, so that nothing remembers a purged key (I6): a
+// batch whose Redis keys cannot be dropped is kept, and Purge returns ErrPurgeIncomplete with
+// the count purged so far. The configured retention must cover the longest redelivery window
+// (config validates it); the claims and the state preconditions are what still hold for a
+// copy that arrives after its purge (I13).
 func (g *Guard) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 500
@@ -40,6 +48,10 @@ func (g *Guard) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 		if len(batch) == 0 {
 			return total, nil
 		}
+		if err := g.forget(ctx, batch); err != nil {
+			slog.WarnContext(ctx, "purge: could not drop replay cache entries; stopping", "purged", total, "err", err)
+			return total, errors.Join(ErrPurgeIncomplete, err)
+		}
 		ids := make([]int64, len(batch))
 		for i, rec := range batch {
 			ids[i] = rec.ID
@@ -47,9 +59,6 @@ func (g *Guard) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 		res := g.db.WithContext(ctx).Where("id IN ?", ids).Delete(&Record{})
 		if res.Error != nil {
 			return total, res.Error
-		}
-		if err := g.forget(ctx, batch); err != nil {
-			slog.WarnContext(ctx, "purge: could not drop replay cache entries", "err", err)
 		}
 		total += res.RowsAffected
 		g.metrics.purged.Add(float64(res.RowsAffected))

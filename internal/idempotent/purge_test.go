@@ -2,6 +2,7 @@ package idempotent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
 // countDeletes counts the DELETE statements gorm runs on idempotency_records through db.
@@ -127,5 +129,30 @@ func TestPurge(t *testing.T) {
 	res, err = g.Do(ctx, request(key(oldN), `{}`), effectWork("purge", 0, http.StatusCreated))
 	if err != nil || res.Outcome != idempotent.Replayed {
 		t.Errorf("fresh key: outcome %q err %v, want replayed", res.Outcome, err)
+	}
+}
+
+// TestPurgeStopsWhenRedisCannotForget: with Redis unreachable the purge cannot drop the
+// replay cache entries of a batch, so it keeps the batch's records (a cached answer never
+// outlives its record unnoticed) and says so with ErrPurgeIncomplete instead of succeeding.
+func TestPurgeStopsWhenRedisCannotForget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	up := e.guard(idempotent.Config{})
+	for i := range 3 {
+		mustExecute(t, up, request(idempotent.Key{Scope: "user:1", BizType: "purge", BizKey: fmt.Sprintf("down-%d", i)}, `{}`), effectWork("purge", 0, http.StatusCreated))
+	}
+	down := e.guardWith(testenv.Unreachable(t), idempotent.Config{})
+	purged, err := down.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Hour, Pause: time.Millisecond})
+	if !errors.Is(err, idempotent.ErrPurgeIncomplete) || purged != 0 {
+		t.Fatalf("Purge with Redis down = %d, %v; want 0 and ErrPurgeIncomplete", purged, err)
+	}
+	var left int64
+	if err := e.db.Model(&idempotent.Record{}).Count(&left).Error; err != nil || left != 3 {
+		t.Errorf("%d records left, %v; want all 3 kept", left, err)
+	}
+	if purged, err := up.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Hour, Pause: time.Millisecond}); err != nil || purged != 3 {
+		t.Errorf("Purge with Redis back = %d, %v; want 3", purged, err)
 	}
 }

@@ -135,3 +135,14 @@ func loadRecord(ctx context.Context, db *gorm.DB, k Key) (Record, bool, error) {
 func (g *Guard) Lookup(ctx context.Context, k Key) (Record, bool, error) {
 	return loadRecord(ctx, g.db, k)
 }
+
+// InFlight reports whether an attempt at k holds its lease right now, and for how much longer
+// the lease runs unless renewed: a key with no committed record yet (the record is written
+// with the work's commit) is in progress then, not unknown. Redis unreachable is an error.
+func (g *Guard) InFlight(ctx context.Context, k Key) (bool, time.Duration, error) {
+	ttl, err := g.rdb.PTTL(ctx, g.leaseKey(k)).Result()
+	if err != nil {
+		return false, 0, err
+	}
+	return ttl > 0, max(ttl, 0), nil
+}

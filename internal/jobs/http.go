@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -75,6 +76,10 @@ func (h *Handler) purge(w http.ResponseWriter, r *http.Request) {
 		olderThan = d
 	}
 	n, err := h.guard.Purge(r.Context(), idempotent.PurgeOptions{OlderThan: olderThan})
+	if errors.Is(err, idempotent.ErrPurgeIncomplete) {
+		web.WriteError(w, r, apperr.ErrUnavailable.Withf("purged %d records, then stopped: their replay cache entries could not be dropped (Redis unavailable); the remaining records are kept, run again later", n))
+		return
+	}
 	if err != nil {
 		web.WriteError(w, r, err)
 		return

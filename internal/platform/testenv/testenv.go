@@ -47,6 +47,21 @@ func RequireMySQL(tb testing.TB) {
 	tb.Skipf("needs a real MySQL: set %s", EnvMySQLDSN)
 }
 
+// SQLite returns a fresh, migrated embedded SQLite database, whatever the environment: for the
+// tests that must hold on both dialects in one run (the money paths), beside DB.
+func SQLite(tb testing.TB) *gorm.DB {
+	tb.Helper()
+	db, err := database.Open(database.Options{SQLitePath: filepath.Join(tb.TempDir(), "oncepay.db")})
+	if err != nil {
+		tb.Fatalf("open sqlite: %v", err)
+	}
+	if err := database.Migrate(context.Background(), db); err != nil {
+		tb.Fatalf("migrate sqlite: %v", err)
+	}
+	tb.Cleanup(func() { _ = database.Close(db) })
+	return db
+}
+
 // DB returns a fresh, migrated database that is dropped when the test ends.
 func DB(tb testing.TB) *gorm.DB {
 	tb.Helper()
@@ -64,15 +79,7 @@ func DBWithDSN(tb testing.TB) (*gorm.DB, string) {
 		if InCI() {
 			tb.Fatalf("%s is not set but CI=true: the suite must run against a real MySQL", EnvMySQLDSN)
 		}
-		db, err := database.Open(database.Options{SQLitePath: filepath.Join(tb.TempDir(), "oncepay.db")})
-		if err != nil {
-			tb.Fatalf("open sqlite: %v", err)
-		}
-		if err := database.Migrate(ctx, db); err != nil {
-			tb.Fatalf("migrate sqlite: %v", err)
-		}
-		tb.Cleanup(func() { _ = database.Close(db) })
-		return db, ""
+		return SQLite(tb), ""
 	}
 
 	cfg, err := gomysql.ParseDSN(raw)
