@@ -95,9 +95,9 @@ type RecordView struct {
 	// ResponseCode is the problem code of a stored refusal ("out_of_stock"), if any.
 	ResponseCode string `json:"response_code,omitempty"`
 	// Evictable says whether DELETE would evict the record.
-	Evictable   bool      `json:"evictable"`
-	Fingerprint string    `json:"fingerprint"`
-	RequestID   string    `json:"request_id"`
+	Evictable   bool   `json:"evictable"`
+	Fingerprint string `json:"fingerprint"`
+	RequestID   string `json:"request_id"`
 	// CreatedAt, UpdatedAt and ExpiresAt are the record's; absent for a key in progress
 	// whose record is not written yet.
 	CreatedAt *time.Time `json:"created_at,omitempty"`
