@@ -16,11 +16,17 @@ import (
 
 // accountConfig is the account tests' configuration: no demo data, so that the accounts, the
 // ledger and the recharges hold only what a test made, and a channel secret and admin key
-// that are not the dev defaults, as the binary demands them on MySQL.
+// that are not the dev defaults, as the binary demands them on MySQL. Every configured
+// channel (ONCEPAY_CHANNELS, default simpay,alipay,wechat) signs with that secret, as
+// ONCEPAY_CHANNEL_SECRET makes them in the binary: the channels were read from the empty
+// environment before this option ran, with the dev secret.
 func accountConfig(cfg *config.Config) {
 	cfg.SeedDemo = false
 	cfg.ChannelSecret = "test-channel-secret"
 	cfg.AdminKey = "test-admin-key"
+	for i := range cfg.Channels {
+		cfg.Channels[i].Secret = cfg.ChannelSecret
+	}
 }
 
 // tally counts strings, for logging which layer answered.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -34,9 +35,12 @@ func TestThreeProcessesCreditOnce(t *testing.T) {
 		t.Skip("needs a real Redis (ONCEPAY_TEST_REDIS_ADDR) and builds the binary; skipped with -short")
 	}
 	db, dsn := testenv.DBWithDSN(t)
-	cfg := apptest.Config(t, accountConfig)
-	bin := buildOncepay(t)
 	channel := "proc_" + apptest.RandHex(4)
+	cfg := apptest.Config(t, accountConfig, func(c *config.Config) {
+		// The processes accept reports from this test's own channel (ONCEPAY_CHANNELS).
+		c.Channels = append(c.Channels, config.Channel{Name: channel, Secret: c.ChannelSecret})
+	})
+	bin := buildOncepay(t)
 	userID, key := apptest.NewUser(t, db, "procs")
 	t.Cleanup(func() { dropRedisKeys(redisAddr, channel, userID) })
 
@@ -71,7 +75,7 @@ func buildOncepay(t *testing.T) string {
 }
 
 // startProcess starts the binary as instance node on a free port, with the channel secret,
-// admin key and demo setting of cfg, waits for /healthz and stops it (SIGTERM, then kill) when
+// admin key, configured channels and demo setting of cfg, the embedded channel simulator, waits for /healthz and stops it (SIGTERM, then kill) when
 // the test ends. It returns the base URL.
 func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg config.Config) string {
 	t.Helper()
@@ -88,6 +92,10 @@ func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg
 		"ONCEPAY_DATA_DIR=" + t.TempDir(),
 		"ONCEPAY_NODE_ID=" + fmt.Sprint(node),
 		"ONCEPAY_CHANNEL_SECRET=" + cfg.ChannelSecret,
+		// A real database needs the channel named on purpose: the embedded simulator. Every
+		// configured channel signs with ONCEPAY_CHANNEL_SECRET.
+		"ONCEPAY_CHANNEL_URL=" + config.EmbeddedChannelURL,
+		"ONCEPAY_CHANNELS=" + channelList(cfg),
 		"ONCEPAY_ADMIN_KEY=" + cfg.AdminKey,
 		"ONCEPAY_SEED_DEMO=" + strconv.FormatBool(cfg.SeedDemo),
 	}
@@ -130,6 +138,15 @@ func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg
 	}
 	t.Errorf("instance %d did not answer /healthz within 60s\n%s", node, logs.String())
 	return ""
+}
+
+// channelList is cfg's channels as ONCEPAY_CHANNELS lists them.
+func channelList(cfg config.Config) string {
+	names := make([]string, len(cfg.Channels))
+	for i, ch := range cfg.Channels {
+		names[i] = ch.Name
+	}
+	return strings.Join(names, ",")
 }
 
 // freeAddr returns a loopback address with a port free at the time of the call.

@@ -14,6 +14,8 @@ import (
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -41,14 +43,14 @@ func TestRechargeRoundTrip(t *testing.T) {
 		t.Errorf("same key again: %s", again)
 	}
 
-	n := account.Notification{Channel: "alipay", TradeNo: "T-" + apptest.RandHex(6), OutTradeNo: rc.RechargeID, Amount: 100000, Status: "SUCCESS"}
+	n := apptest.RechargeReport(rc.RechargeID, "alipay", "T-"+apptest.RandHex(6), 100000)
 	if r := s.NotifyRecharge(n); r.Status != http.StatusOK || strings.TrimSpace(string(r.Body)) != `{"result":"success"}` {
 		t.Fatalf("notify: %s", r)
 	}
 	get := s.Do(http.MethodGet, "/v1/recharges/"+rc.RechargeID, key, nil, nil)
 	var after account.RechargeView
 	must(t, json.Unmarshal(get.Body, &after))
-	if get.Status != http.StatusOK || after.Status != "SUCCEEDED" || after.TradeNo != n.TradeNo || after.SucceededAt == "" {
+	if get.Status != http.StatusOK || after.Status != "SUCCEEDED" || after.TradeNo != n.Number || after.SucceededAt == "" {
 		t.Errorf("get after notify: %s", get)
 	}
 	me := s.Do(http.MethodGet, "/v1/accounts/me", key, nil, nil)
@@ -71,7 +73,7 @@ func TestNotifyStormCreditsOnce(t *testing.T) {
 	userID, key := s.User(t, "storm")
 	const amount = 100000
 	id := s.CreateRecharge(t, key, amount)
-	n := account.Notification{Channel: "alipay", TradeNo: "T-" + apptest.RandHex(6), OutTradeNo: id, Amount: amount, Status: "SUCCESS"}
+	n := apptest.RechargeReport(id, "alipay", "T-"+apptest.RandHex(6), amount)
 
 	var (
 		start    = make(chan struct{})
@@ -97,7 +99,7 @@ func TestNotifyStormCreditsOnce(t *testing.T) {
 	if got := outcomes.get("executed"); got != 1 {
 		t.Errorf("the use case executed %d times, want 1 (outcomes: %s)", got, outcomes.String())
 	}
-	creditedOnce(t, s.DB, id, n.TradeNo)
+	creditedOnce(t, s.DB, id, n.Number)
 	if got := invariant(t, s.DB)[userID]; got != amount {
 		t.Errorf("balance = %d, want %d (credited once)", got, amount)
 	}
@@ -120,7 +122,7 @@ func TestNotifyStormDistinctTradeNos(t *testing.T) {
 	)
 	for i := range 50 {
 		wg.Go(func() {
-			n := account.Notification{Channel: "wechat", TradeNo: fmt.Sprintf("D-%d-%s", i, apptest.RandHex(3)), OutTradeNo: id, Amount: amount, Status: "SUCCESS"}
+			n := apptest.RechargeReport(id, "wechat", fmt.Sprintf("D-%d-%s", i, apptest.RandHex(3)), amount)
 			<-start
 			r, seen := s.NotifyRechargeUntilDone(n)
 			if r.Status != http.StatusOK {
@@ -152,7 +154,7 @@ func TestThreeInstancesCreditOnce(t *testing.T) {
 	testenv.RequireMySQL(t)
 	servers := apptest.Replicas(t, 3, accountConfig)
 	userID, key := servers[0].User(t, "multi")
-	creditRounds(t, userID, key, creditPlan{servers: servers, channel: "unionpay", tradePrefix: "M", rounds: 30, copies: 2, base: 1000})
+	creditRounds(t, userID, key, creditPlan{servers: servers, channel: "wechat", tradePrefix: "M", rounds: 30, copies: 2, base: 1000})
 }
 
 // creditPlan describes the rounds of an I2-across-servers test.
@@ -160,8 +162,8 @@ type creditPlan struct {
 	// servers are the instances every copy of a notification is sent to; the first one also
 	// takes the recharges and is where the database is checked.
 	servers []*apptest.Server
-	// channel and tradePrefix make each round's notification: a trade of channel numbered
-	// tradePrefix-round-random.
+	// channel and tradePrefix make each round's notification: a trade of channel (one of the
+	// servers' ONCEPAY_CHANNELS) numbered tradePrefix-round-random.
 	channel, tradePrefix string
 	// rounds is how many recharges are made; copies is how many copies of each notification
 	// every server gets at once.
@@ -185,7 +187,7 @@ func creditRounds(t testing.TB, userID int64, key string, c creditPlan) {
 		amount := c.base + int64(round)
 		want += amount
 		id := first.CreateRecharge(t, key, amount)
-		n := account.Notification{Channel: c.channel, TradeNo: fmt.Sprintf("%s-%d-%s", c.tradePrefix, round, apptest.RandHex(4)), OutTradeNo: id, Amount: amount, Status: "SUCCESS"}
+		n := apptest.RechargeReport(id, c.channel, fmt.Sprintf("%s-%d-%s", c.tradePrefix, round, apptest.RandHex(4)), amount)
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		for _, s := range c.servers {
@@ -202,7 +204,7 @@ func creditRounds(t testing.TB, userID int64, key string, c creditPlan) {
 		}
 		close(start)
 		wg.Wait()
-		creditedOnce(t, first.DB, id, n.TradeNo)
+		creditedOnce(t, first.DB, id, n.Number)
 	}
 	t.Logf("%d rounds x %d copies over %d servers: outcomes %s", c.rounds, c.copies*len(c.servers), len(c.servers), outcomes.String())
 	if got := outcomes.get("executed"); got != c.rounds {
@@ -235,14 +237,13 @@ func TestManyRechargesKeepTheInvariant(t *testing.T) {
 	// Create the recharges, 16 at a time, over HTTP.
 	type job struct {
 		payer int
-		n     account.Notification
+		n     notify.Report
 	}
 	jobs := make([]job, recharges)
 	want := map[int64]int64{}
 	for i := range jobs {
-		jobs[i] = job{payer: i % users, n: account.Notification{
-			Channel: "alipay", TradeNo: fmt.Sprintf("B-%d-%s", i, apptest.RandHex(3)), Amount: int64(100 + rand.IntN(100000)), Status: "SUCCESS",
-		}}
+		// The recharge id (OutNo) is set once the recharge is created.
+		jobs[i] = job{payer: i % users, n: apptest.RechargeReport("", "alipay", fmt.Sprintf("B-%d-%s", i, apptest.RandHex(3)), int64(100+rand.IntN(100000)))}
 		want[payers[i%users].id] += jobs[i].n.Amount
 	}
 	apptest.Parallel(workers, len(jobs), func(i int) {
@@ -254,14 +255,14 @@ func TestManyRechargesKeepTheInvariant(t *testing.T) {
 			t.Errorf("create %d: %s", i, r)
 			return
 		}
-		jobs[i].n.OutTradeNo = v.RechargeID
+		jobs[i].n.OutNo = v.RechargeID
 	})
 	if t.Failed() {
 		t.FailNow()
 	}
 
 	// Three copies of every notification, in random order, 16 at a time.
-	copies := make([]account.Notification, 0, 3*len(jobs))
+	copies := make([]notify.Report, 0, 3*len(jobs))
 	for _, j := range jobs {
 		copies = append(copies, j.n, j.n, j.n)
 	}
@@ -271,7 +272,7 @@ func TestManyRechargesKeepTheInvariant(t *testing.T) {
 	apptest.Parallel(workers, len(copies), func(i int) {
 		r, seen := s.NotifyRechargeUntilDone(copies[i])
 		if r.Status != http.StatusOK {
-			t.Errorf("notify %s: %s", copies[i].OutTradeNo, r)
+			t.Errorf("notify %s: %s", copies[i].OutNo, r)
 		}
 		outcomes.add(seen[len(seen)-1])
 	})
@@ -295,7 +296,9 @@ func TestManyRechargesKeepTheInvariant(t *testing.T) {
 }
 
 // TestRechargeBadInput sends each bad request and checks its answer and that the business
-// state (balances, ledger, recharge statuses, anomalies) changed only as the row says.
+// state (balances, ledger, recharge statuses, anomalies) changed only as the row says — and,
+// for a recharge report, the dedup records and claims too: a report refused before the guard
+// or by the work stores and claims nothing; only one the work accepted stores its answer.
 func TestRechargeBadInput(t *testing.T) {
 	s := apptest.StartHTTPOnly(t, accountConfig)
 	ctx := context.Background()
@@ -303,14 +306,21 @@ func TestRechargeBadInput(t *testing.T) {
 	_, bobKey := s.User(t, "bob")
 	pending := s.CreateRecharge(t, aliceKey, 5000)
 	paid := s.CreateRecharge(t, aliceKey, 7000)
-	paidBy := account.Notification{Channel: "alipay", TradeNo: "PAID-" + apptest.RandHex(4), OutTradeNo: paid, Amount: 7000, Status: "SUCCESS"}
+	paidBy := apptest.RechargeReport(paid, "alipay", "PAID-"+apptest.RandHex(4), 7000)
 	if r := s.NotifyRecharge(paidBy); r.Status != http.StatusOK {
 		t.Fatalf("pay the second recharge: %s", r)
 	}
-	notify := func(n account.Notification) []byte { b, _ := json.Marshal(n); return b }
-	ok := account.Notification{Channel: "alipay", TradeNo: "X-" + apptest.RandHex(4), OutTradeNo: pending, Amount: 5000, Status: "SUCCESS"}
-	with := func(f func(*account.Notification)) account.Notification { n := ok; f(&n); return n }
-	signed := func(body []byte) map[string]string { return map[string]string{web.HeaderSignature: s.Sign(body)} }
+	body := func(n notify.Report) []byte { return n.Body() }
+	ok := apptest.RechargeReport(pending, "alipay", "X-"+apptest.RandHex(4), 5000)
+	with := func(f func(*notify.Report)) notify.Report { n := ok; f(&n); return n }
+	signed := func(body []byte) map[string]string {
+		return map[string]string{web.HeaderSignature: s.SignAs(notify.Recharge, body)}
+	}
+	purge := func(t *testing.T) {
+		if _, err := s.App.Guard.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	tests := []struct {
 		name   string
@@ -328,6 +338,8 @@ func TestRechargeBadInput(t *testing.T) {
 		outcome string
 		// anomalies is the anomaly rows the request must add, by kind; nothing else changes.
 		anomalies map[string]int64
+		// records is the dedup records a recharge report must add (its stored answer).
+		records int64
 	}{
 		{name: "create400_amount_zero", method: "POST", path: "/v1/recharges", body: []byte(`{"amount":0}`),
 			apiKey: aliceKey, headers: apptest.IdemKey("bad-0"), status: 400, code: "invalid_request"},
@@ -351,55 +363,56 @@ func TestRechargeBadInput(t *testing.T) {
 			apiKey: bobKey, status: 404, code: "not_found"},
 		{name: "get404_unknown", method: "GET", path: "/v1/recharges/123456789", apiKey: aliceKey, status: 404, code: "not_found"},
 		{name: "get404_malformed", method: "GET", path: "/v1/recharges/not-an-id", apiKey: aliceKey, status: 404, code: "not_found"},
-		{name: "notify401_wrong_signature", method: "POST", path: "/v1/recharges/notify", body: notify(ok),
-			headers: map[string]string{web.HeaderSignature: web.Sign("another-secret", notify(ok))}, status: 401, code: "invalid_signature"},
-		{name: "notify401_no_signature", method: "POST", path: "/v1/recharges/notify", body: notify(ok),
+		{name: "notify401_wrong_signature", method: "POST", path: "/v1/recharges/notify", body: body(ok),
+			headers: map[string]string{web.HeaderSignature: apptest.SignReport("another-secret", notify.Recharge, body(ok))}, status: 401, code: "invalid_signature"},
+		{name: "notify401_no_signature", method: "POST", path: "/v1/recharges/notify", body: body(ok),
 			status: 401, code: "invalid_signature"},
+		{name: "notify401_bare_hmac", method: "POST", path: "/v1/recharges/notify", body: body(ok),
+			headers: map[string]string{web.HeaderSignature: web.Sign(s.Config.ChannelSecret, body(ok))}, status: 401, code: "invalid_signature"},
+		{name: "notify401_signed_as_trade", method: "POST", path: "/v1/recharges/notify", body: body(ok),
+			headers: map[string]string{web.HeaderSignature: s.SignAs(notify.Trade, body(ok))}, status: 401, code: "invalid_signature"},
+		{name: "notify401_timestamp_too_old", method: "POST", path: "/v1/recharges/notify", body: body(ok),
+			headers: map[string]string{web.HeaderSignature: reportsig.Sign(s.Config.ChannelSecret, time.Now().Add(-6*time.Minute), string(notify.Recharge), body(ok))},
+			status:  401, code: "invalid_signature"},
 		{name: "notify400_amount_mismatch", method: "POST", path: "/v1/recharges/notify",
-			body:  notify(with(func(n *account.Notification) { n.Amount = 4999; n.TradeNo = "MM-" + apptest.RandHex(4) })),
+			body:  body(with(func(n *notify.Report) { n.Amount = 4999; n.Number = "MM-" + apptest.RandHex(4) })),
 			times: 3, status: 400, code: "amount_mismatch", anomalies: map[string]int64{"amount_mismatch": 1}},
 		{name: "notify404_unknown_recharge", method: "POST", path: "/v1/recharges/notify",
-			body:   notify(with(func(n *account.Notification) { n.OutTradeNo = "123456789"; n.TradeNo = "U-" + apptest.RandHex(4) })),
-			status: 404, code: "not_found"},
+			body:  body(with(func(n *notify.Report) { n.OutNo = "123456789"; n.Number = "U-" + apptest.RandHex(4) })),
+			times: 2, status: 404, code: "not_found"},
 		{name: "notify404_malformed_recharge_id", method: "POST", path: "/v1/recharges/notify",
-			body:   notify(with(func(n *account.Notification) { n.OutTradeNo = "abc"; n.TradeNo = "U2-" + apptest.RandHex(4) })),
+			body:   body(with(func(n *notify.Report) { n.OutNo = "abc"; n.Number = "U2-" + apptest.RandHex(4) })),
 			status: 404, code: "not_found"},
 		{name: "notify400_malformed_json", method: "POST", path: "/v1/recharges/notify", body: []byte(`{"channel":"alipay",`),
 			status: 400, code: "invalid_request"},
 		{name: "notify400_trade_no_missing", method: "POST", path: "/v1/recharges/notify",
-			body: notify(with(func(n *account.Notification) { n.TradeNo = "" })), status: 400, code: "invalid_request"},
+			body: body(with(func(n *notify.Report) { n.Number = "" })), status: 400, code: "invalid_request"},
 		{name: "notify400_channel_missing", method: "POST", path: "/v1/recharges/notify",
-			body: notify(with(func(n *account.Notification) { n.Channel = "" })), status: 400, code: "invalid_request"},
+			body: body(with(func(n *notify.Report) { n.Channel = "" })), status: 400, code: "invalid_request"},
+		{name: "notify400_channel_not_canonical", method: "POST", path: "/v1/recharges/notify",
+			body: body(with(func(n *notify.Report) { n.Channel = "AliPay" })), status: 400, code: "invalid_request"},
+		{name: "notify400_unknown_channel", method: "POST", path: "/v1/recharges/notify",
+			body: body(with(func(n *notify.Report) { n.Channel = "unionpay"; n.Number = "UC-" + apptest.RandHex(4) })), status: 400, code: "unknown_channel"},
 		{name: "notify400_amount_zero", method: "POST", path: "/v1/recharges/notify",
-			body: notify(with(func(n *account.Notification) { n.Amount = 0; n.TradeNo = "Z-" + apptest.RandHex(4) })), status: 400, code: "invalid_request"},
+			body: body(with(func(n *notify.Report) { n.Amount = 0; n.Number = "Z-" + apptest.RandHex(4) })), status: 400, code: "invalid_request"},
 		{name: "notify400_unknown_field", method: "POST", path: "/v1/recharges/notify",
 			body:   []byte(`{"channel":"alipay","trade_no":"F-1","out_trade_no":"` + pending + `","amount":5000,"status":"SUCCESS","x":1}`),
 			status: 400, code: "invalid_request"},
 		{name: "notify200_status_not_success", method: "POST", path: "/v1/recharges/notify",
-			body:  notify(with(func(n *account.Notification) { n.Status = "TRADE_CLOSED"; n.TradeNo = "NS-" + apptest.RandHex(4) })),
-			times: 2, status: 200},
+			body:  body(with(func(n *notify.Report) { n.Status = "TRADE_CLOSED"; n.Number = "NS-" + apptest.RandHex(4) })),
+			times: 2, status: 200, records: 1},
 		{name: "notify200_duplicate_payment", method: "POST", path: "/v1/recharges/notify",
-			body: notify(with(func(n *account.Notification) {
-				n.OutTradeNo = paid
+			body: body(with(func(n *notify.Report) {
+				n.OutNo = paid
 				n.Amount = 7000
-				n.TradeNo = "DUP-" + apptest.RandHex(4)
+				n.Number = "DUP-" + apptest.RandHex(4)
 			})),
-			times: 2, status: 200, outcome: "state_rejected", anomalies: map[string]int64{"duplicate_payment": 1}},
-		{name: "notify200_duplicate_after_purge", method: "POST", path: "/v1/recharges/notify", body: notify(paidBy),
-			before: func(t *testing.T) {
-				if _, err := s.App.Guard.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Second}); err != nil {
-					t.Fatal(err)
-				}
-			},
-			status: 200, outcome: "state_rejected"},
+			times: 2, status: 200, outcome: "state_rejected", anomalies: map[string]int64{"duplicate_payment": 1}, records: 1},
+		{name: "notify200_duplicate_after_purge", method: "POST", path: "/v1/recharges/notify", body: body(paidBy),
+			before: purge, status: 200, outcome: "state_rejected", records: 1},
 		{name: "notify422_trade_no_of_another_recharge_after_purge", method: "POST", path: "/v1/recharges/notify",
-			body: notify(with(func(n *account.Notification) { n.TradeNo = paidBy.TradeNo })),
-			before: func(t *testing.T) {
-				if _, err := s.App.Guard.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Second}); err != nil {
-					t.Fatal(err)
-				}
-			},
-			times: 2, status: 422, code: "trade_conflict", anomalies: map[string]int64{"trade_conflict": 1}},
+			body:   body(with(func(n *notify.Report) { n.Number = paidBy.Number })),
+			before: purge, times: 2, status: 422, code: "trade_conflict", anomalies: map[string]int64{"trade_conflict": 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -411,6 +424,7 @@ func TestRechargeBadInput(t *testing.T) {
 				headers = signed(tt.body)
 			}
 			before := takeSnapshot(t, s.DB)
+			records, claims := s.Count(t, "idempotency_records", ""), s.Count(t, "report_claims", "")
 			for i := range max(tt.times, 1) {
 				r := s.Do(tt.method, tt.path, tt.apiKey, tt.body, headers)
 				if r.Status != tt.status || r.Code() != tt.code {
@@ -426,6 +440,20 @@ func TestRechargeBadInput(t *testing.T) {
 			}
 			if fmt.Sprint(before) != fmt.Sprint(after) {
 				t.Errorf("business state changed:\nbefore (+ expected anomalies) %+v\nafter  %+v", before, after)
+			}
+			if tt.path == "/v1/recharges/notify" {
+				if n := s.Count(t, "idempotency_records", ""); n != records+tt.records {
+					t.Errorf("%d dedup records, want %d", n, records+tt.records)
+				}
+				// A claim is made only by a report that applied, or kept its payment as an
+				// anomaly: the duplicate_payment's trade number now belongs to the paid recharge.
+				wantClaims := claims
+				if tt.anomalies["duplicate_payment"] > 0 {
+					wantClaims++
+				}
+				if n := s.Count(t, "report_claims", ""); n != wantClaims {
+					t.Errorf("%d claims, want %d", n, wantClaims)
+				}
 			}
 		})
 	}

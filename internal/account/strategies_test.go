@@ -2,8 +2,8 @@ package account_test
 
 // The five ways seeds 003 and 000 give to stop a recharge callback from crediting twice (I2),
 // plus the naive check-then-act that caused it, each as a small credit function. They exist
-// to be measured and compared (docs/recharge-strategies.md); the real route is
-// Recharges.Notify, which is also measured here as "oncepay".
+// to be measured and compared (docs/recharge-strategies.md); the real route is the inbound
+// port (internal/notify) around Recharges.Apply, which is also measured here as "oncepay".
 //
 // Every storm runs against two connection pools on one MySQL database — two instances of the
 // service — and every instance has its own process state (its own mutex, its own Redis
@@ -11,7 +11,6 @@ package account_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -28,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
@@ -200,29 +200,19 @@ func (l *redisLock) credit(ctx context.Context, db *gorm.DB, rechargeID, amount 
 	return creditNaive(ctx, db, rechargeID, amount)
 }
 
-// oncepayStack is the real thing: Guard.Do (lock fast path, dedup record in the transaction)
-// around Recharges.Notify (conditional update, ledger unique key), as POST
-// /v1/recharges/notify runs it, minus HTTP. A copy that finds the key in progress retries,
-// like a channel answered 409.
+// oncepayStack is the real thing: the inbound port (internal/notify), whose Guard.Do (lock
+// fast path, dedup record in the transaction) claims the trade number and runs
+// Recharges.Apply (conditional update, ledger unique key), as POST /v1/recharges/notify runs
+// it, minus HTTP and the signature: the same key, fingerprint and work (Port.Settle). A copy
+// that finds the key in progress retries, like a channel answered 409.
 type oncepayStack struct {
-	guard     *idempotent.Guard
-	recharges *account.Recharges
+	port *notify.Port
 }
 
 func (o *oncepayStack) credit(ctx context.Context, _ *gorm.DB, rechargeID, amount int64) error {
-	n := account.Notification{Channel: "bench", TradeNo: fmt.Sprintf("T-%d", rechargeID), OutTradeNo: ids.Format(rechargeID), Amount: amount, Status: account.ChannelStatusSuccess}
-	body, _ := json.Marshal(n)
-	req := idempotent.Request{
-		Key:         idempotent.Key{Scope: "channel:" + n.Channel, BizType: "recharge.notify", BizKey: n.TradeNo},
-		Fingerprint: idempotent.Fingerprint("POST", "/v1/recharges/notify", body),
-	}
+	r := apptest.RechargeReport(ids.Format(rechargeID), "bench", fmt.Sprintf("T-%d", rechargeID), amount)
 	for {
-		_, err := o.guard.Do(ctx, req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-			if _, err := o.recharges.Notify(ctx, tx, n); err != nil {
-				return idempotent.Response{}, err
-			}
-			return idempotent.Response{Status: 200, Body: []byte(`{"result":"success"}`)}, nil
-		})
+		_, err := o.port.Settle(ctx, r, "bench")
 		if !errors.Is(err, idempotent.ErrKeyInUse) {
 			return err
 		}
@@ -262,9 +252,12 @@ var strategies = []strategy{
 		tb.Cleanup(func() { _ = rdb.Close() })
 		gen, _ := ids.New(int64(10 + i))
 		pool := se.pools[i]
-		recharges := account.NewRecharges(pool, gen, account.NewLedger(pool, gen), anomaly.NewRecorder(pool, gen))
+		anomalies := anomaly.NewRecorder(pool, gen)
+		recharges := account.NewRecharges(pool, gen, account.NewLedger(pool, gen), anomalies)
 		guard := idempotent.New(pool, rdb, idempotent.Config{Classify: database.Classify, NewID: gen.Next})
-		return (&oncepayStack{guard: guard, recharges: recharges}).credit
+		port := notify.New(notify.Config{Guard: guard, DB: pool, Anomalies: anomalies, Secrets: map[string]string{"bench": "bench-secret"}},
+			map[notify.Kind]notify.Applier{notify.Recharge: recharges})
+		return (&oncepayStack{port: port}).credit
 	}},
 }
 

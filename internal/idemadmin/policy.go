@@ -38,6 +38,20 @@ type Policy struct {
 	Tokens TokenPolicy `json:"tokens"`
 	// OutcomeHeader is the response header that says how the layers answered.
 	OutcomeHeader string `json:"outcome_header"`
+	// Outcomes are the values of OutcomeHeader, each with what it means.
+	Outcomes map[string]string `json:"outcomes"`
+	// Reports says how the channels' reports are keyed: by the channel's own number, not a
+	// header.
+	Reports ReportPolicy `json:"reports"`
+}
+
+// ReportPolicy is how a payment channel's reports are made idempotent.
+type ReportPolicy struct {
+	Routes      []string `json:"routes"`
+	Key         string   `json:"key"`
+	Signature   string   `json:"signature"`
+	Stored      string   `json:"stored"`
+	Description string   `json:"description"`
 }
 
 // KeyFormat is the format of a key.
@@ -166,5 +180,25 @@ func PolicyOf(p idempotent.Policy, requiredOn []string) Policy {
 				"it was issued for; a second submission with it gets the first one's answer.",
 		},
 		OutcomeHeader: idemhttp.HeaderOutcome,
+		Outcomes: map[string]string{
+			string(idempotent.Executed):      "this request ran the write (or its refusal) and its answer is stored",
+			string(idempotent.Replayed):      "the stored answer of the key's first request, sent again; the write did not run",
+			string(idempotent.InProgress):    "the key's first request is still running: 409, retry after Retry-After",
+			string(idempotent.Mismatch):      "the key was used before with another method, path or body: 422",
+			string(idempotent.TokenInvalid):  "a tok_ key that is not a live token of this user: 400",
+			string(idempotent.StateRejected): "the state had moved on (an order already paid, cancelled…): the answer says so and nothing changed",
+			string(idempotent.Rejected):      "refused before the key was claimed (authentication, a malformed body, a missing key): nothing stored",
+			string(idempotent.Unavailable):   "a dependency the write needs is unavailable (503): nothing stored, retry with the same key",
+			string(idempotent.Failed):        "the attempt failed before it could answer (a database error, a lost lease): nothing stored, retry with the same key",
+		},
+		Reports: ReportPolicy{
+			Routes: []string{"POST /v1/payments/notify", "POST /v1/recharges/notify", "POST /v1/refunds/notify", "Kafka payment.notifications"},
+			Key: "the channel's own number: channel + trade_no (one key whether it pays an order or a recharge) or channel + refund_no; " +
+				"a status other than SUCCESS is keyed apart",
+			Signature: "X-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<kind>.<body>\">, kind trade, recharge or refund",
+			Stored:    "only success answers; a report refused by the work (amount mismatch, unknown number, a number another owner holds) stores nothing",
+			Description: "Every copy of a report, whatever path it takes, converges on one key; the number is claimed by its owner for good, " +
+				"so that a copy redelivered after its record was purged is still a duplicate.",
+		},
 	}
 }

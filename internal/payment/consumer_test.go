@@ -9,7 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncepay/oncepay/internal/app/apptest"
-	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/notify"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 )
 
@@ -48,8 +48,8 @@ func TestConsumerDeadLettersUnparseable(t *testing.T) {
 	if string(m.Value) != string(bad) || string(m.Key) != tradeNo {
 		t.Errorf("dead letter key %q value %q, want the original %q %q", m.Key, m.Value, tradeNo, bad)
 	}
-	if r := apptest.Header(m, payment.HeaderRejectReason); !strings.HasPrefix(r, payment.ReasonUnparseable+": ") {
-		t.Errorf("dead letter X-Reject-Reason %q, want %q and the error: %+v", r, payment.ReasonUnparseable+": ", m.Headers)
+	if r := apptest.Header(m, notify.HeaderRejectReason); !strings.HasPrefix(r, notify.ReasonUnparseable+": ") {
+		t.Errorf("dead letter X-Reject-Reason %q, want %q and the error: %+v", r, notify.ReasonUnparseable+": ", m.Headers)
 	}
 	if got := apptest.Header(m, kafkax.HeaderRequestID); got != "req-dlq-test" {
 		t.Errorf("dead letter X-Request-Id %q, want the original's req-dlq-test", got)

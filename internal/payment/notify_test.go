@@ -14,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/inventory"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 )
@@ -113,8 +114,8 @@ func (r stormResult) check(t *testing.T, s *apptest.Server) {
 		}
 	}
 	if dlq := s.Messages(t, kafkax.TopicPaymentNotificationsDLQ); len(dlq) != 0 {
-		t.Errorf("%d copies were dead-lettered (first error %q): the HTTP and Kafka copies must converge on one key",
-			len(dlq), apptest.Header(dlq[0], "error"))
+		t.Errorf("%d copies were dead-lettered (first reason %q): the HTTP and Kafka copies must converge on one key",
+			len(dlq), apptest.Header(dlq[0], notify.HeaderRejectReason))
 	}
 	if len(r.statuses) == 0 {
 		t.Fatal("the status poller read nothing")
@@ -179,7 +180,7 @@ func TestTripleDelivery(t *testing.T) {
 	storm(t, s, o.OrderID, body, 3, 3).check(t, s)
 
 	wantPaidOnce(t, s, o, "alipay", tradeNo, before)
-	if n := s.Count(t, "idempotency_records", "biz_type = ? AND biz_key = ?", "payment.notify", tradeNo); n != 1 {
+	if n := s.Count(t, "idempotency_records", "biz_type = ? AND biz_key = ?", notify.BizTypeTrade, tradeNo); n != 1 {
 		t.Errorf("dedup records for the trade: %d, want 1 (HTTP and Kafka share one key)", n)
 	}
 }
@@ -210,6 +211,57 @@ func TestRedeliveryAfterPurge(t *testing.T) {
 	storm(t, s, o.OrderID, body, 3, 3).check(t, s)
 
 	wantPaidOnce(t, s, o, "wechat", tradeNo, before)
+}
+
+// TestPayingReportIsADuplicateWhateverTheStatus (I13): the report of the trade that paid an
+// order, delivered again over both paths once every dedup record is purged, is a duplicate
+// whatever the order's status since — PAID, then REFUNDED — answered 200 success with
+// Idempotency-Outcome: state_rejected and acknowledged over Kafka, and it changes nothing and
+// records no anomaly. Before, a REFUNDED order's own report became paid_after_close, kept for
+// a refund of a payment already refunded.
+func TestPayingReportIsADuplicateWhateverTheStatus(t *testing.T) {
+	s := apptest.Start(t)
+	w := s.Writer(t)
+	o := s.CreateOrder(t, apptest.AliceKey, "paid-then-refunded", basket...)
+	tradeNo := "T-REFUNDED-" + o.OrderID
+	body := apptest.JSON(apptest.Notification(o, "alipay", tradeNo))
+	apptest.Must(t, s.NotifyUntilDone(body), http.StatusOK)
+	id := s.Order(t, o.OrderID).ID
+
+	for _, status := range []order.Status{order.Paid, order.Refunded} {
+		// REFUNDED stands for the order's refunds, which this package does not make: the
+		// status is what the report's precondition reads.
+		if err := s.DB.Exec("UPDATE orders SET status = ? WHERE id = ?", status, id).Error; err != nil {
+			t.Fatalf("set the order %s: %v", status, err)
+		}
+		s.PurgeDedup(t, "0s")
+		snap := stateOf(t, s)
+		r := s.NotifyUntilDone(body)
+		if r.Status != http.StatusOK || r.Code() != "" || r.Outcome() != "state_rejected" {
+			t.Errorf("%s order, its own report again: %s (Idempotency-Outcome %q), want 200 success state_rejected", status, r, r.Outcome())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := apptest.PublishNotification(ctx, w, body); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		cancel()
+		s.WaitConsumed(t)
+		// Only the HTTP copy's stored answer, which the Kafka copy replayed.
+		wantOnlyDelta(t, snap, stateOf(t, s), map[string]int64{"idempotency_records": 1})
+		if dlq := s.Messages(t, kafkax.TopicPaymentNotificationsDLQ); len(dlq) != 0 {
+			t.Errorf("%s order: %d dead letters, want 0", status, len(dlq))
+		}
+		got := s.Order(t, o.OrderID)
+		if got.Status != status || got.TradeNo == nil || *got.TradeNo != tradeNo {
+			t.Errorf("order is %s paid by %v, want still %s by %s", got.Status, got.TradeNo, status, tradeNo)
+		}
+	}
+	if n := s.Count(t, "anomalies", "order_id = ?", id); n != 0 {
+		t.Errorf("anomalies for the order: %d, want 0 (its own report, delivered again)", n)
+	}
+	if n := s.Count(t, "payments", "order_id = ?", id); n != 1 {
+		t.Errorf("payments rows: %d, want 1", n)
+	}
 }
 
 // TestSecondTradeForPaidOrder: a different trade paying an order that is already paid answers
@@ -304,11 +356,11 @@ func TestStatusReportNeverTakesAnotherTradesKey(t *testing.T) {
 	if st := s.Order(t, o.OrderID).Status; st != order.PendingPayment {
 		t.Fatalf("order is %s after a WAIT_PAY report, want PENDING_PAYMENT", st)
 	}
-	paid := apptest.Notification(o, "alipay", wait.TradeNo+"#WAIT_PAY")
+	paid := apptest.Notification(o, "alipay", wait.Number+"#WAIT_PAY")
 	apptest.Must(t, s.NotifyUntilDone(apptest.JSON(paid)), http.StatusOK)
 	got := s.Order(t, o.OrderID)
-	if got.Status != order.Paid || got.TradeNo == nil || *got.TradeNo != paid.TradeNo {
-		t.Errorf("order is %s paid by %v, want PAID by %s", got.Status, got.TradeNo, paid.TradeNo)
+	if got.Status != order.Paid || got.TradeNo == nil || *got.TradeNo != paid.Number {
+		t.Errorf("order is %s paid by %v, want PAID by %s", got.Status, got.TradeNo, paid.Number)
 	}
 	// The WAIT_PAY report again changes nothing and is answered from its own record.
 	again := s.SignedNotify(apptest.JSON(wait))

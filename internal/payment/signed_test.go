@@ -14,9 +14,11 @@ import (
 
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -31,9 +33,22 @@ func publish(t *testing.T, w *kafka.Writer, key string, value []byte, headers ..
 	}
 }
 
-// signature is the X-Signature header of value under secret.
+// signature is the X-Signature header of value, a trade report, signed now under secret: the
+// only kind the payment.notifications topic carries.
 func signature(secret string, value []byte) kafka.Header {
-	return kafka.Header{Key: web.HeaderSignature, Value: []byte(web.Sign(secret, value))}
+	return signatureAs(secret, notify.Trade, value)
+}
+
+// signatureAs is the X-Signature header of value as a report of kind, signed now under secret.
+func signatureAs(secret string, kind notify.Kind, value []byte) kafka.Header {
+	return kafka.Header{Key: web.HeaderSignature, Value: []byte(apptest.SignReport(secret, kind, value))}
+}
+
+// upperMAC is sig, an X-Signature, with its v1 in uppercase hex: the right MAC, but not the
+// contract's one form (lowercase).
+func upperMAC(sig string) string {
+	t, v1, _ := strings.Cut(sig, ",v1=")
+	return t + ",v1=" + strings.ToUpper(v1)
 }
 
 // reasons returns the X-Reject-Reason of every dead letter, by message key and value.
@@ -41,7 +56,7 @@ func reasons(t *testing.T, s *apptest.Server) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, m := range s.Messages(t, kafkax.TopicPaymentNotificationsDLQ) {
-		out[string(m.Key)+" "+string(m.Value)] = apptest.Header(m, payment.HeaderRejectReason)
+		out[string(m.Key)+" "+string(m.Value)] = apptest.Header(m, notify.HeaderRejectReason)
 	}
 	return out
 }
@@ -62,24 +77,40 @@ func wantPaidBy(t *testing.T, s *apptest.Server, o order.View, tradeNo string) {
 	}
 }
 
-// wantOnlyDelta fails the test unless the snapshot changed exactly by want.
+// stateOf is everything a refused report must leave alone, in numbers: apptest.Snapshot's
+// row counts (the dedup records among them) and stock, apptest.State's statuses, balances,
+// prices and anomalies by kind, and the report_claims rows (a refused report claims no
+// number).
+func stateOf(t *testing.T, s *apptest.Server) apptest.Snapshot {
+	t.Helper()
+	snap := s.Snapshot(t)
+	maps.Copy(snap, s.State(t))
+	snap["report_claims"] = s.Count(t, "report_claims", "")
+	return snap
+}
+
+// wantOnlyDelta fails the test unless the state changed exactly by want.
 func wantOnlyDelta(t *testing.T, before, after apptest.Snapshot, want map[string]int64) {
 	t.Helper()
 	if want == nil {
 		want = map[string]int64{}
 	}
 	if got := before.Diff(after); !maps.Equal(got, want) {
-		t.Errorf("state changed by %v, want %v", got, want)
+		t.Errorf("state changed by %v, want %v", apptest.Snapshot(got), apptest.Snapshot(want))
 	}
 }
 
 // TestConsumerRejects (I1, the Kafka entry path held to the HTTP path's rules): after a signed
-// notification paid order A through Kafka, copies that are unsigned, wrongly signed,
-// unparseable, that reuse A's channel + trade_no with another body, or that name order B with
-// A's trade_no are all dead-lettered with their X-Reject-Reason and never applied: orders,
-// payments, stock and dedup records are unchanged, and only the trade_conflict anomaly is
-// recorded (once, for two copies). The rejected copies claimed no key: B's own trade still
-// pays B afterwards.
+// report paid order A through Kafka, copies that are unsigned, wrongly signed (another
+// secret, the MAC in uppercase, the earlier bare HMAC, signed as a recharge report, signed
+// before the redelivery window), unparseable, from a channel oncepay is not configured for,
+// that reuse A's channel + trade_no with another body, that name order B with A's trade_no,
+// that pay order B another amount, or that name an order nobody issued are all
+// dead-lettered with their X-Reject-Reason (the work's refusals with their problem code) and
+// never applied: orders, payments, stock, claims and dedup records are unchanged, and only
+// the trade_conflict anomaly (once, for two copies) and the amount_mismatch anomaly are
+// recorded. The rejected copies stored and claimed nothing: B's correct report, under the
+// very trade number its wrong amount was refused for, still pays B afterwards.
 func TestConsumerRejects(t *testing.T) {
 	s := apptest.Start(t)
 	secret := s.Config.ChannelSecret
@@ -92,7 +123,7 @@ func TestConsumerRejects(t *testing.T) {
 	paysA := apptest.JSON(apptest.Notification(a, "alipay", tradeA))
 	publish(t, w, tradeA, paysA, signature(secret, paysA))
 	s.WaitConsumed(t)
-	snap := s.Snapshot(t)
+	snap := stateOf(t, s)
 
 	paysB := apptest.JSON(apptest.Notification(b, "alipay", tradeB))
 	otherBody := apptest.Notification(a, "alipay", tradeA)
@@ -100,27 +131,51 @@ func TestConsumerRejects(t *testing.T) {
 	reused := apptest.JSON(otherBody)
 	conflict := apptest.JSON(apptest.Notification(b, "alipay", tradeA)) // A's trade for order B
 	garbage := []byte(`{"channel":"alipay","trade_no":"` + tradeB)
+	unknownChannel := apptest.JSON(apptest.Notification(b, "unionpay", tradeB))
+	wrongAmount := apptest.Notification(b, "alipay", tradeB)
+	wrongAmount.Amount++
+	mismatch := apptest.JSON(wrongAmount)
+	nobodys := apptest.Notification(b, "alipay", "T-KN-"+b.OrderID)
+	nobodys.OutNo = "42" // an order nobody issued
+	notFound := apptest.JSON(nobodys)
+	stale := reportsig.Sign(secret, time.Now().Add(-s.Config.MaxRedeliveryWindow-time.Hour), string(notify.Trade), paysB)
 	want := map[string]string{
-		tradeB + " " + string(paysB):    payment.ReasonUnsigned,
-		tradeB + "x " + string(paysB):   payment.ReasonInvalidSignature,
-		tradeB + "X " + string(paysB):   payment.ReasonInvalidSignature,
-		tradeA + " " + string(reused):   payment.ReasonKeyReused,
-		tradeA + " " + string(conflict): payment.ReasonTradeConflict,
-		tradeB + " " + string(garbage):  payment.ReasonUnparseable + ": ",
+		tradeB + " " + string(paysB):            notify.ReasonUnsigned,
+		tradeB + "x " + string(paysB):           notify.ReasonInvalidSignature,
+		tradeB + "X " + string(paysB):           notify.ReasonInvalidSignature,
+		tradeB + "b " + string(paysB):           notify.ReasonInvalidSignature,
+		tradeB + "r " + string(paysB):           notify.ReasonInvalidSignature,
+		tradeB + "s " + string(paysB):           notify.ReasonInvalidSignature,
+		tradeA + " " + string(reused):           notify.ReasonKeyReused,
+		tradeA + " " + string(conflict):         notify.ReasonTradeConflict,
+		tradeB + " " + string(garbage):          notify.ReasonUnparseable + ": ",
+		tradeB + " " + string(unknownChannel):   notify.ReasonUnknownChannel,
+		tradeB + " " + string(mismatch):         payment.ErrAmountMismatch.Code,
+		nobodys.Number + " " + string(notFound): "not_found",
 	}
 	publish(t, w, tradeB, paysB)
 	publish(t, w, tradeB, paysB, kafka.Header{Key: web.HeaderSignature, Value: nil})
 	publish(t, w, tradeB+"x", paysB, signature("another-secret", paysB))
 	// The right MAC in uppercase hex: not the contract's one form (lowercase), refused too.
-	publish(t, w, tradeB+"X", paysB, kafka.Header{Key: web.HeaderSignature, Value: []byte(strings.ToUpper(web.Sign(secret, paysB)))})
+	publish(t, w, tradeB+"X", paysB, kafka.Header{Key: web.HeaderSignature, Value: []byte(upperMAC(apptest.SignReport(secret, notify.Trade, paysB)))})
+	// The earlier form, a bare HMAC of the body, and the signature of the same body as a
+	// recharge report, or from before the redelivery window.
+	publish(t, w, tradeB+"b", paysB, kafka.Header{Key: web.HeaderSignature, Value: []byte(web.Sign(secret, paysB))})
+	publish(t, w, tradeB+"r", paysB, signatureAs(secret, notify.Recharge, paysB))
+	publish(t, w, tradeB+"s", paysB, kafka.Header{Key: web.HeaderSignature, Value: []byte(stale)})
 	publish(t, w, tradeA, reused, signature(secret, reused))
 	publish(t, w, tradeA, conflict, signature(secret, conflict))
 	publish(t, w, tradeA, conflict, signature(secret, conflict))
 	publish(t, w, tradeB, garbage, signature(secret, garbage))
+	publish(t, w, tradeB, unknownChannel, signature(secret, unknownChannel))
+	publish(t, w, tradeB, mismatch, signature(secret, mismatch))
+	publish(t, w, nobodys.Number, notFound, signature(secret, notFound))
 	publish(t, w, tradeA, paysA, signature(secret, paysA)) // an exact duplicate: acknowledged, not dead-lettered
 	s.WaitConsumed(t)
 
-	wantOnlyDelta(t, snap, s.Snapshot(t), map[string]int64{"anomalies": 1})
+	wantOnlyDelta(t, snap, stateOf(t, s), map[string]int64{
+		"anomalies": 2, "anomalies." + anomaly.TradeConflict: 1, "anomalies." + anomaly.AmountMismatch: 1,
+	})
 	got := reasons(t, s)
 	if len(got) != len(want) {
 		t.Errorf("dead letters %v, want %d: %v", got, len(want), want)
@@ -136,6 +191,9 @@ func TestConsumerRejects(t *testing.T) {
 	if c := s.AnomaliesOf(t, anomaly.TradeConflict, b.OrderID); len(c) != 1 || c[0].TradeNo != tradeA {
 		t.Errorf("trade_conflict anomalies for order B: %+v, want one for %s", c, tradeA)
 	}
+	if m := s.AnomaliesOf(t, anomaly.AmountMismatch, b.OrderID); len(m) != 1 || m[0].TradeNo != tradeB || m[0].Amount != b.Amount+1 {
+		t.Errorf("amount_mismatch anomalies for order B: %+v, want one for %s with the reported amount %d", m, tradeB, b.Amount+1)
+	}
 	if got := s.Order(t, b.OrderID); got.Status != order.PendingPayment {
 		t.Errorf("order B is %s, want PENDING_PAYMENT", got.Status)
 	}
@@ -144,13 +202,17 @@ func TestConsumerRejects(t *testing.T) {
 	publish(t, w, tradeB, paysB, signature(secret, paysB))
 	s.WaitConsumed(t)
 	wantPaidBy(t, s, b, tradeB)
+	if n := len(s.Messages(t, kafkax.TopicPaymentNotificationsDLQ)); n != len(want)+2 {
+		t.Errorf("%d dead letters after B's correct report, want still %d", n, len(want)+2)
+	}
 }
 
 // TestNotifyTradeConflict: over HTTP, order A's channel + trade_no reported for order B is
 // refused 422 trade_conflict and recorded once as an anomaly, however many copies; the same
 // trade for A with another body is 422 idempotency_key_reused with no anomaly. Neither
-// changes orders, payments, stock or dedup records. After the dedup record is purged (I6),
-// the payments row still refuses the trade for B with trade_conflict.
+// changes orders, payments, stock, claims or dedup records. After every dedup record is
+// purged (I6, I13), the trade number's claim (report_claims) still refuses it for B with
+// trade_conflict — and stores nothing, no refusal either.
 func TestNotifyTradeConflict(t *testing.T) {
 	s := apptest.Start(t)
 	before := stockOf(t, s, basket)
@@ -158,7 +220,7 @@ func TestNotifyTradeConflict(t *testing.T) {
 	b := s.CreateOrder(t, apptest.AliceKey, "conflict-b", other...)
 	tradeNo := "T-CONFLICT-" + a.OrderID
 	apptest.Must(t, s.SignedNotify(apptest.JSON(apptest.Notification(a, "alipay", tradeNo))), http.StatusOK)
-	snap := s.Snapshot(t)
+	snap := stateOf(t, s)
 
 	forB := apptest.JSON(apptest.Notification(b, "alipay", tradeNo))
 	for i := range 3 {
@@ -168,18 +230,20 @@ func TestNotifyTradeConflict(t *testing.T) {
 			t.Errorf("Idempotency-Outcome %q, want mismatch", r.Outcome())
 		}
 	}
-	wantOnlyDelta(t, snap, s.Snapshot(t), map[string]int64{"anomalies": 1})
+	wantOnlyDelta(t, snap, stateOf(t, s), map[string]int64{"anomalies": 1, "anomalies." + anomaly.TradeConflict: 1})
 
-	snap = s.Snapshot(t)
+	snap = stateOf(t, s)
 	reused := apptest.Notification(a, "alipay", tradeNo)
 	reused.Amount++
 	apptest.WantProblem(t, s.SignedNotify(apptest.JSON(reused)), http.StatusUnprocessableEntity, "idempotency_key_reused")
-	wantOnlyDelta(t, snap, s.Snapshot(t), nil)
+	wantOnlyDelta(t, snap, stateOf(t, s), nil)
 
 	s.PurgeDedup(t, "0s")
-	snap = s.Snapshot(t)
-	apptest.WantProblem(t, s.SignedNotify(forB), http.StatusUnprocessableEntity, anomaly.TradeConflict)
-	wantOnlyDelta(t, snap, s.Snapshot(t), map[string]int64{"idempotency_records": 1}) // the stored refusal; the anomaly exists already
+	snap = stateOf(t, s)
+	for range 2 {
+		apptest.WantProblem(t, s.SignedNotify(forB), http.StatusUnprocessableEntity, anomaly.TradeConflict)
+	}
+	wantOnlyDelta(t, snap, stateOf(t, s), nil) // nothing stored; the anomaly exists already
 
 	if c := s.AnomaliesOf(t, anomaly.TradeConflict, b.OrderID); len(c) != 1 {
 		t.Errorf("trade_conflict anomalies for order B: %+v, want one", c)
@@ -188,6 +252,66 @@ func TestNotifyTradeConflict(t *testing.T) {
 		t.Errorf("order B is %s, want PENDING_PAYMENT", got.Status)
 	}
 	wantPaidOnce(t, s, a, "alipay", tradeNo, before)
+}
+
+// TestTradeConflictAcrossKinds: a trade number names one payment, whatever it pays. The
+// channel + trade_no that paid order A, reported as paying a recharge, is refused 422
+// trade_conflict with one trade_conflict anomaly naming the recharge — under the shared key
+// (channel.trade) while A's dedup record lives, and by A's claim once every dedup record is
+// purged. Nothing is credited, stored or claimed, and the recharge is still paid by its own
+// trade afterwards.
+func TestTradeConflictAcrossKinds(t *testing.T) {
+	s := apptest.Start(t)
+	before := stockOf(t, s, basket)
+	a := s.CreateOrder(t, apptest.AliceKey, "kinds-a", basket...)
+	tradeNo := "T-KINDS-" + a.OrderID
+	apptest.Must(t, s.SignedNotify(apptest.JSON(apptest.Notification(a, "alipay", tradeNo))), http.StatusOK)
+	userID, key := s.User(t, "kinds")
+	rid := s.CreateRecharge(t, key, 4200)
+	snap := stateOf(t, s)
+
+	forRecharge := apptest.RechargeReport(rid, "alipay", tradeNo, 4200)
+	for i := range 2 {
+		r := s.NotifyRecharge(forRecharge)
+		apptest.WantProblem(t, r, http.StatusUnprocessableEntity, anomaly.TradeConflict)
+		if i == 0 && r.Outcome() != "mismatch" {
+			t.Errorf("Idempotency-Outcome %q, want mismatch (A's record is under the same key)", r.Outcome())
+		}
+	}
+	wantOnlyDelta(t, snap, stateOf(t, s), map[string]int64{"anomalies": 1, "anomalies." + anomaly.TradeConflict: 1})
+
+	s.PurgeDedup(t, "0s")
+	snap = stateOf(t, s)
+	for range 2 {
+		apptest.WantProblem(t, s.NotifyRecharge(forRecharge), http.StatusUnprocessableEntity, anomaly.TradeConflict)
+	}
+	wantOnlyDelta(t, snap, stateOf(t, s), nil)
+
+	var conflicts []anomaly.View
+	for _, an := range s.Anomalies(t) {
+		if an.Kind == anomaly.TradeConflict && an.TradeNo == tradeNo {
+			conflicts = append(conflicts, an)
+		}
+	}
+	if len(conflicts) != 1 || conflicts[0].RechargeID != rid || conflicts[0].OrderID != "" || conflicts[0].Channel != "alipay" {
+		t.Errorf("trade_conflict anomalies for %s: %+v, want one naming recharge %s", tradeNo, conflicts, rid)
+	}
+	if n := s.Count(t, "recharges", "id = ? AND status = ?", rid, "PENDING"); n != 1 {
+		t.Errorf("recharge %s is no longer PENDING", rid)
+	}
+	if n := s.Count(t, "account_ledger", "user_id = ?", userID); n != 0 {
+		t.Errorf("%d ledger rows for the recharge's user, want 0", n)
+	}
+	wantPaidOnce(t, s, a, "alipay", tradeNo, before)
+
+	own := apptest.RechargeReport(rid, "alipay", "T-KINDS-R-"+rid, 4200)
+	apptest.Must(t, s.NotifyRecharge(own), http.StatusOK)
+	if n := s.Count(t, "recharges", "id = ? AND status = ? AND trade_no = ?", rid, "SUCCEEDED", own.Number); n != 1 {
+		t.Errorf("recharge %s is not SUCCEEDED by its own trade %s", rid, own.Number)
+	}
+	if n := s.Count(t, "account_ledger", "user_id = ? AND amount = ?", userID, 4200); n != 1 {
+		t.Errorf("%d ledger rows of 4200 for the recharge's user, want 1", n)
+	}
 }
 
 // TestMalformedCopyFirst: copies of a notification with an extra field, or amount 0, arrive
@@ -201,14 +325,14 @@ func TestMalformedCopyFirst(t *testing.T) {
 	good := apptest.JSON(apptest.Notification(o, "alipay", tradeNo))
 	zero := apptest.Notification(o, "alipay", tradeNo)
 	zero.Amount = 0
-	snap := s.Snapshot(t)
+	snap := stateOf(t, s)
 	for _, body := range [][]byte{
 		[]byte(strings.TrimSuffix(string(good), "}") + `,"extra":1}`),
 		apptest.JSON(zero),
 	} {
 		apptest.WantProblem(t, s.SignedNotify(body), http.StatusBadRequest, "invalid_request")
 	}
-	wantOnlyDelta(t, snap, s.Snapshot(t), nil)
+	wantOnlyDelta(t, snap, stateOf(t, s), nil)
 	apptest.Must(t, s.SignedNotify(good), http.StatusOK)
 	wantPaidOnce(t, s, o, "alipay", tradeNo, before)
 }
@@ -251,8 +375,9 @@ func TestDeadLetterBeforeCommit(t *testing.T) {
 
 	run := func(w *flakyWriter, until func() bool) {
 		t.Helper()
-		// No payments service: an unsigned message is dead-lettered before anything is applied.
-		c := payment.NewConsumer(s.Deps.Kafka, s.App.Guard, nil, s.Config.ChannelSecret).WithDeadLetterWriter(w)
+		// A consumer of the instance's port, as app.Run would start it: an unsigned message is
+		// dead-lettered before anything is keyed or applied.
+		c := notify.NewConsumer(s.App.Reports, s.Deps.Kafka).WithDeadLetterWriter(w)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- c.Run(ctx) }()
@@ -274,8 +399,8 @@ func TestDeadLetterBeforeCommit(t *testing.T) {
 	s.WaitConsumed(t)
 	calls, written := flaky.state()
 	if len(written) != 1 || string(written[0].Value) != string(unsigned) ||
-		apptest.Header(written[0], payment.HeaderRejectReason) != payment.ReasonUnsigned {
-		t.Fatalf("dead letters %+v, want the unsigned message once with reason %q", written, payment.ReasonUnsigned)
+		apptest.Header(written[0], notify.HeaderRejectReason) != notify.ReasonUnsigned {
+		t.Fatalf("dead letters %+v, want the unsigned message once with reason %q", written, notify.ReasonUnsigned)
 	}
 	if calls != 3 {
 		t.Errorf("%d dead-letter writes, want 3 (two failures, then the one that succeeded)", calls)

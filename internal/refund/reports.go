@@ -52,6 +52,11 @@ func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (noti
 		detail := fmt.Sprintf("refund %d is %d, the channel reported %d", rf.ID, rf.Amount, r.Amount)
 		return 0, notify.Refuse(ErrAmountMismatch.Withf("%s", detail), s.kept(anomaly.AmountMismatch, rf, r, detail))
 	}
+	if rf.RefundNo != nil && *rf.RefundNo != r.Number {
+		// The channel answered this refund under another refund_no: one refund, one number.
+		detail := fmt.Sprintf("refund %s is the channel's %s; this report names it %s", rf.OutRefundNo, *rf.RefundNo, r.Number)
+		return 0, notify.Refuse(notify.ErrTradeConflict.Withf("%s", detail), s.kept(anomaly.TradeConflict, rf, r, detail))
+	}
 	completes := to == Succeeded && rf.AnomalyID == nil && rf.OrderID != nil
 	if completes {
 		// Two partial refunds of one order that succeed at the same moment must not each

@@ -81,8 +81,16 @@ func Config(tb testing.TB, opts ...Option) config.Config {
 	cfg.ChannelTimeout = 500 * time.Millisecond
 	cfg.ChannelRetries = 1
 	cfg.ChannelSimSchedule = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second}
+	def := cfg.ChannelSecret
 	for _, o := range opts {
 		o(&cfg)
+	}
+	// An option that sets ONCEPAY_CHANNEL_SECRET sets it for every channel still on the
+	// default, as LoadFrom would have (it fills Channels before any option runs).
+	for i := range cfg.Channels {
+		if cfg.Channels[i].Secret == def {
+			cfg.Channels[i].Secret = cfg.ChannelSecret
+		}
 	}
 	return cfg
 }
