@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -438,5 +439,44 @@ func TestMetrics(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("oncepay_http_requests_total = %v, want %v", got, want)
+	}
+}
+
+// timeoutErr is the error a connection's read deadline gives: a net.Error that timed out,
+// whose text names the sockets.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "read tcp 127.0.0.1:8080->10.1.2.3:55555: i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+// stalling is a body that sends a little, then stalls past the read timeout.
+type stalling struct{ sent bool }
+
+func (s *stalling) Read(p []byte) (int, error) {
+	if !s.sent {
+		s.sent = true
+		return copy(p, `{"items":`), nil
+	}
+	return 0, timeoutErr{}
+}
+
+// TestStalledBodyIs408: a body that stalls past the server's read timeout is 408
+// request_timeout, and the detail names no socket address; another broken read is 400
+// without one either.
+func TestStalledBodyIs408(t *testing.T) {
+	req := httptest.NewRequest(http.MethodPost, "/x", &stalling{})
+	_, err := web.ReadBody(req)
+	e, ok := apperr.As(err)
+	if !ok || e.Status != http.StatusRequestTimeout || e.Code != "request_timeout" {
+		t.Fatalf("ReadBody of a stalled body: %v, want 408 request_timeout", err)
+	}
+	if strings.Contains(e.Detail, "127.0.0.1") || strings.Contains(e.Detail, "10.1.2.3") {
+		t.Errorf("the detail %q names a socket", e.Detail)
+	}
+	req = httptest.NewRequest(http.MethodPost, "/x", iotest.ErrReader(errors.New("read tcp 127.0.0.1:8080->10.1.2.3:55555: connection reset by peer")))
+	_, err = web.ReadBody(req)
+	if e, ok := apperr.As(err); !ok || e.Status != http.StatusBadRequest || strings.Contains(e.Detail, "10.1.2.3") {
+		t.Errorf("ReadBody of a reset connection: %v, want 400 naming no socket", err)
 	}
 }
