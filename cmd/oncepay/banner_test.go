@@ -42,11 +42,15 @@ func TestBanner(t *testing.T) {
 		name          string
 		admin, secret string
 		showsKeys     bool
+		// addr and base are where the server listens by default and the banner's URL: loopback
+		// only while the secrets are the public dev-* defaults, every interface otherwise.
+		addr, base string
 	}{
-		{name: "dev defaults", admin: config.DevAdminKey, secret: config.DevChannelSecret, showsKeys: true},
-		{name: "admin key configured", admin: testAdminKey, secret: config.DevChannelSecret},
-		{name: "channel secret configured", admin: config.DevAdminKey, secret: testChannelSecret},
-		{name: "both configured", admin: testAdminKey, secret: testChannelSecret},
+		{name: "dev defaults", admin: config.DevAdminKey, secret: config.DevChannelSecret, showsKeys: true,
+			addr: "127.0.0.1:8080", base: "http://127.0.0.1:8080"},
+		{name: "admin key configured", admin: testAdminKey, secret: config.DevChannelSecret, addr: ":8080", base: "http://localhost:8080"},
+		{name: "channel secret configured", admin: config.DevAdminKey, secret: testChannelSecret, addr: ":8080", base: "http://localhost:8080"},
+		{name: "both configured", admin: testAdminKey, secret: testChannelSecret, addr: ":8080", base: "http://localhost:8080"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,8 +75,11 @@ func TestBanner(t *testing.T) {
 					t.Errorf("the banner shows %q: %v, want %v:\n%s", demo, got, tt.showsKeys, banner)
 				}
 			}
-			if !strings.Contains(banner, "/healthz") {
-				t.Errorf("the banner lacks the curl example:\n%s", banner)
+			if !strings.Contains(banner, "curl -s "+tt.base+"/healthz") {
+				t.Errorf("the banner lacks the curl example on %s:\n%s", tt.base, banner)
+			}
+			if cfg.HTTPAddr != tt.addr || cfg.PublicURL != tt.base {
+				t.Errorf("listen address %q, public URL %q; want %q and %s", cfg.HTTPAddr, cfg.PublicURL, tt.addr, tt.base)
 			}
 		})
 	}
@@ -165,6 +172,8 @@ func TestStartupOutputHidesSecrets(t *testing.T) {
 			// Nothing listens on port 1: the start fails after the configuration is logged.
 			"ONCEPAY_MYSQL_DSN": "oncepay:" + testDSNPassword + "@tcp(127.0.0.1:1)/oncepay?timeout=2s",
 			"ONCEPAY_DATA_DIR":  dir,
+			// A real database needs the channel named; the simulator, on purpose, will do.
+			"ONCEPAY_CHANNEL_URL": "embedded",
 		})
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -75,11 +75,26 @@ func TestBadConfigurationExits(t *testing.T) {
 		},
 		{
 			name: "MySQL with the dev secrets",
-			vars: map[string]string{"ONCEPAY_MYSQL_DSN": "root:@tcp(127.0.0.1:3306)/x"},
+			// The channel is named on purpose (embedded), so that only the secrets are wrong.
+			vars: map[string]string{"ONCEPAY_MYSQL_DSN": "root:@tcp(127.0.0.1:3306)/x", "ONCEPAY_CHANNEL_URL": "embedded"},
 			lines: [][]string{
 				{"ONCEPAY_CHANNEL_SECRET is a dev-* default while ONCEPAY_MYSQL_DSN points at a real database"},
 				{"ONCEPAY_ADMIN_KEY is a dev-* default while ONCEPAY_MYSQL_DSN points at a real database"},
 			},
+		},
+		{
+			// A real database never gets the channel simulator, which pays any order, by default.
+			name: "MySQL without a channel URL",
+			vars: map[string]string{"ONCEPAY_MYSQL_DSN": "root:@tcp(127.0.0.1:3306)/x",
+				"ONCEPAY_CHANNEL_SECRET": "real-channel-secret", "ONCEPAY_ADMIN_KEY": "real-admin-key"},
+			lines: [][]string{
+				{"ONCEPAY_CHANNEL_URL is empty while ONCEPAY_MYSQL_DSN points at a real database", "ONCEPAY_CHANNEL_URL=embedded"},
+			},
+		},
+		{
+			name:  "a real channel without ONCEPAY_CHANNELS",
+			vars:  map[string]string{"ONCEPAY_CHANNEL_URL": "https://channel.example.com"},
+			lines: [][]string{{"ONCEPAY_CHANNELS is empty while ONCEPAY_CHANNEL_URL names a real channel"}},
 		},
 	}
 	for _, tt := range tests {

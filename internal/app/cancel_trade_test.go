@@ -14,8 +14,11 @@ import (
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/jobs"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/platform/redisx"
+	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
 // A cancel makes the order's channel trade unpayable before the order is cancelled: it closes
@@ -124,6 +127,41 @@ func TestCancelWhileTheChannelIsDown(t *testing.T) {
 	}
 }
 
+// TestCancelAndOpenTradeNeedTheLease: with Redis unreachable in degrade mode, the writes whose
+// work is inside one transaction still run (the dedup record holds), but a cancel and the
+// opening of a trade, which call the channel outside any transaction, would do so without the
+// key's lease: both answer 503 unavailable, and the channel hears of neither.
+func TestCancelAndOpenTradeNeedTheLease(t *testing.T) {
+	d := apptest.NewDeps(t)
+	d.Redis = &redisx.Conn{Client: testenv.Unreachable(t)}
+	s := apptest.StartOn(t, d, func(c *config.Config) {
+		c.RedisFailureMode = config.RedisDegrade
+		c.CloseJobInterval, c.ReconcileJobInterval, c.RefundJobInterval = time.Hour, time.Hour, time.Hour
+	})
+	before := s.Inventory(t, "SKU-1002")
+	o := s.CreateOrder(t, apptest.AliceKey, "lease-order", apptest.Item{SKU: "SKU-1002", Quantity: 1})
+
+	pay := s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/payments", apptest.AliceKey, nil, apptest.IdemKey("lease-pay"))
+	apptest.WantProblem(t, pay, http.StatusServiceUnavailable, "unavailable")
+	apptest.WantProblem(t, cancelOrder(s, o.OrderID, "lease-cancel"), http.StatusServiceUnavailable, "unavailable")
+	for _, tr := range s.App.Channel.State().Trades {
+		if tr.OutTradeNo == o.OrderID {
+			t.Errorf("the channel has trade %s (%s) for the order, want none", tr.TradeNo, tr.Status)
+		}
+	}
+	if st := s.Order(t, o.OrderID).Status; st != order.PendingPayment {
+		t.Errorf("order is %s, want PENDING_PAYMENT", st)
+	}
+	if after := s.Inventory(t, "SKU-1002"); after.Reserved != before.Reserved+1 || after.Available != before.Available-1 {
+		t.Errorf("stock %+v, was %+v: want the order's unit still reserved", after, before)
+	}
+	for _, key := range []string{"lease-pay", "lease-cancel"} {
+		if n := s.Count(t, "idempotency_records", "biz_key = ?", key); n != 0 {
+			t.Errorf("%d records under %s, want none: a 503 is never stored", n, key)
+		}
+	}
+}
+
 // TestCancelsRacingPaymentsLoseNoMoney is the chaos run's race in miniature, on one instance:
 // for each order, at once, the buyer opens the trade and pays at the channel while two copies
 // of a cancel arrive, each retried with its key until final — and every notification of every
@@ -216,7 +254,7 @@ func TestBillAppliesPaymentsWhoseNotificationsWereLost(t *testing.T) {
 	apptest.Must(t, cancelOrder(s, cancelled.OrderID, "bill-b-cancel"), http.StatusOK)
 	behind := channel.New(channel.Config{BaseURL: s.App.ChannelURL, Secret: s.Config.ChannelSecret})
 	if _, err := behind.CreateTrade(t.Context(), channel.TradeRequest{OutTradeNo: cancelled.OrderID, Amount: cancelled.Amount, Subject: "opened elsewhere",
-		NotifyURL: s.Config.PublicURL + payment.Route, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		NotifyURL: s.Config.PublicURL + notify.Routes[notify.Trade], ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{waiting.OrderID, cancelled.OrderID} {

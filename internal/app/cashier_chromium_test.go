@@ -54,6 +54,30 @@ func TestCashierPageInChromiumDoubleClickPaysOnce(t *testing.T) {
 		t.Fatalf("pay_url %q is not the embedded simulator's cashier page (%s/sim/cashier/…)", tv.PayURL, s.App.ChannelURL)
 	}
 
+	// A page of another site cannot pay the trade in the buyer's name: the simulator's pay
+	// action refuses a cross-site Origin, and the trade stays payable from its own page.
+	payAction := s.App.ChannelURL + "/sim/trades/" + o.OrderID + "/pay"
+	for _, h := range []map[string]string{{"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}} {
+		req, err := http.NewRequest(http.MethodPost, payAction, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("cross-site pay: %v", err)
+		}
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusForbidden {
+			t.Errorf("a cross-site pay (%v) answered %d, want 403", h, res.StatusCode)
+		}
+	}
+	if st := channelTrade(t, s, o.OrderID).Status; st != channelsim.TradeWaitBuyerPay {
+		t.Fatalf("the trade is %s after cross-site pay attempts, want WAIT_BUYER_PAY", st)
+	}
+
 	page := openInChromium(t, tv.PayURL)
 	page.call(t, "Runtime.enable", nil)
 	page.call(t, "Network.enable", nil)

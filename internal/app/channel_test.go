@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -290,7 +292,7 @@ func TestRefundRecoveryPoints(t *testing.T) {
 		id, _ := ids.Parse(o.OrderID)
 		ord := s.Order(t, o.OrderID)
 		now := time.Now().UTC()
-		row := refund.Refund{ID: id + 1, OrderID: id, UserID: ord.UserID, Channel: "simpay", OutTradeNo: o.OrderID,
+		row := refund.Refund{ID: id + 1, OrderID: &id, UserID: ord.UserID, Channel: "simpay", OutTradeNo: o.OrderID,
 			OutRefundNo: "RF-stopped-" + o.OrderID, Amount: o.Amount, Status: refund.Pending, CreatedAt: now, UpdatedAt: now}
 		if err := s.DB.Create(&row).Error; err != nil {
 			t.Fatal(err)
@@ -331,7 +333,7 @@ func TestPaidAfterCloseIsRefundedOnce(t *testing.T) {
 	apptest.Must(t, s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", apptest.AliceKey, nil, apptest.IdemKey("pac-cancel")), http.StatusOK)
 	behind := channel.New(channel.Config{BaseURL: s.App.ChannelURL, Secret: s.Config.ChannelSecret})
 	if _, err := behind.CreateTrade(t.Context(), channel.TradeRequest{OutTradeNo: o.OrderID, Amount: o.Amount, Subject: "opened elsewhere",
-		NotifyURL: s.Config.PublicURL + payment.Route, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		NotifyURL: s.Config.PublicURL + notify.Routes[notify.Trade], ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.App.Channel.Pay(o.OrderID); err != nil {
@@ -354,6 +356,19 @@ func TestPaidAfterCloseIsRefundedOnce(t *testing.T) {
 	}
 	if st := s.Order(t, o.OrderID).Status; st != order.Cancelled {
 		t.Errorf("order is %s, want CANCELLED untouched", st)
+	}
+	// The refund named the anomaly's own trade, by its trade_no, and the anomaly says so.
+	as := s.AnomaliesOf(t, "paid_after_close", o.OrderID)
+	if len(as) != 1 || as[0].Resolution != anomaly.Refunded || as[0].RefundID == "" {
+		t.Fatalf("paid_after_close anomalies %+v, want one resolved refunded with its refund", as)
+	}
+	anomalyID, _ := ids.Parse(as[0].ID)
+	var rf refund.Refund
+	if err := s.DB.Where("anomaly_id = ?", anomalyID).Take(&rf).Error; err != nil {
+		t.Fatal(err)
+	}
+	if rf.Channel != as[0].Channel || rf.TradeNo == nil || *rf.TradeNo != as[0].TradeNo || rf.Amount != o.Amount {
+		t.Errorf("the anomaly's refund: channel %s trade_no %v amount %d; want %s %s %d", rf.Channel, rf.TradeNo, rf.Amount, as[0].Channel, as[0].TradeNo, o.Amount)
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -25,6 +27,7 @@ var contractCodes = map[string]bool{
 	"unauthorized": true, "invalid_signature": true, "forbidden": true, "not_found": true, "precondition_failed": true,
 	"out_of_stock": true, "illegal_state": true, "amount_mismatch": true, "payload_too_large": true,
 	"trade_conflict": true, "effect_committed": true, "method_not_allowed": true, "refund_exceeds_paid": true,
+	"unknown_channel": true,
 }
 
 // TestHostileFuzz sends 2,000 requests built from a grammar of methods, paths (odd
@@ -178,7 +181,7 @@ func (g *grammar) segment() string {
 // routes are the router's routes, method first, with {} for a path parameter.
 var fuzzRoutes = []string{
 	"POST /v1/orders", "GET /v1/orders/{}", "POST /v1/orders/{}/cancel", "POST /v1/recharges", "GET /v1/recharges/{}",
-	"POST /v1/recharges/notify", "POST /v1/payments/notify", "GET /v1/accounts/me", "GET /v1/inventory/{}",
+	"POST /v1/recharges/notify", "POST /v1/payments/notify", "POST /v1/refunds/notify", "GET /v1/accounts/me", "GET /v1/inventory/{}",
 	"PUT /v1/admin/inventory/{}", "POST /v1/idempotency-tokens", "GET /v1/idempotency-policy", "GET /v1/admin/anomalies",
 	"GET /v1/admin/idempotency-records", "DELETE /v1/admin/idempotency-records", "POST /v1/admin/jobs/close-expired-orders/run",
 	"POST /v1/admin/jobs/purge-dedup-records/run", "GET /healthz", "GET /v1/{}", "GET /{}/{}", "POST //v1//orders",
@@ -195,7 +198,7 @@ func (g *grammar) route() (method, path string) {
 		p = strings.Replace(p, "{}", g.segment(), 1)
 	}
 	if strings.Contains(p, "idempotency-records") || g.chance(0.1) {
-		q := []string{"user_id=" + g.segment(), "key=" + g.pick("fuzz-seed-order", g.word(oddPath, 20)), "biz_type=payment.notify",
+		q := []string{"user_id=" + g.segment(), "key=" + g.pick("fuzz-seed-order", g.word(oddPath, 20)), "biz_type=" + notify.BizTypeTrade,
 			"biz_key=" + g.word(alnum, 10), "scope=channel:ALIPAY", "limit=" + g.pick("-1", "0", "1000000", "NaN", "1e9"), "%zz=1", "a=%"}
 		p += "?" + strings.Join([]string{g.pick(q...), g.pick(q...)}, "&")
 	}
@@ -233,7 +236,13 @@ func (g *grammar) headers(path string, body []byte) []string {
 		}
 	}
 	if strings.HasSuffix(path, "/notify") || g.chance(0.1) {
-		sig := g.pick(web.Sign(g.s.Config.ChannelSecret, body), web.Sign(g.s.Config.ChannelSecret, body), strings.ToUpper(web.Sign("x", body)), "zz", "", strings.Repeat("0", 64))
+		// The report's own signature (t=…,v1=…, its path's kind), and what a careless or
+		// hostile sender signs: another kind, a stale timestamp, the earlier bare HMAC.
+		secret, kind := g.s.Config.ChannelSecret, string(apptest.KindOf(path))
+		now := time.Now()
+		sig := g.pick(reportsig.Sign(secret, now, kind, body), reportsig.Sign(secret, now, kind, body), reportsig.Sign(secret, now, "refund", body),
+			reportsig.Sign(secret, now.Add(-time.Hour), kind, body), reportsig.Sign("x", now, kind, body), web.Sign(secret, body),
+			strings.ToUpper(web.Sign("x", body)), "zz", "", strings.Repeat("0", 64), "t=1,v1="+strings.Repeat("0", 64))
 		h = append(h, "X-Signature: "+sig)
 		if g.chance(0.1) {
 			h = append(h, "X-Signature: "+sig)
@@ -254,7 +263,7 @@ func (g *grammar) headers(path string, body []byte) []string {
 // body returns a body from the grammar: near-valid requests of every route, random JSON,
 // and the classics — deep nesting, huge numbers, NaN-like strings, invalid UTF-8, duplicates.
 func (g *grammar) body() []byte {
-	switch g.rng.IntN(14) {
+	switch g.rng.IntN(15) {
 	case 0:
 		return nil
 	case 1:
@@ -266,7 +275,7 @@ func (g *grammar) body() []byte {
 	case 4:
 		return []byte(`{"price":` + g.number() + `,"available":` + g.number() + `}`)
 	case 5:
-		return []byte(`{"channel":"` + g.pick("alipay", "ALIPAY", "alipay ", "wechat", "", "a-b") + `","trade_no":"` + g.word(alnum, 20) +
+		return []byte(`{"channel":"` + g.pick("alipay", "ALIPAY", "alipay ", "wechat", "", "a-b", "paypal") + `","trade_no":"` + g.word(alnum, 20) +
 			`","out_trade_no":"` + g.orderIDs[g.rng.IntN(len(g.orderIDs))] + `","amount":` + g.number() + `,"status":"` + g.pick("SUCCESS", "success", "WAIT", "") + `"}`)
 	case 6:
 		return []byte("{\"items\":[{\"sku\":\"SKU-1001\xff\xfe\",\"quantity\":1}]}")
@@ -276,6 +285,9 @@ func (g *grammar) body() []byte {
 		return []byte(`{"older_than":"` + g.pick("0s", "-1h", "NaN", "9999999h", "1e9s", "") + `"}`)
 	case 9:
 		return []byte(strings.Repeat(" ", web.MaxBodyBytes+g.rng.IntN(10)-5))
+	case 10:
+		return []byte(`{"channel":"` + g.pick("alipay", "simpay", "paypal", "") + `","refund_no":"` + g.word(alnum, 20) +
+			`","out_refund_no":"RF` + g.word(alnum, 18) + `","amount":` + g.number() + `,"status":"` + g.pick("SUCCESS", "FAILED", "CLOSED", "") + `"}`)
 	default:
 		var b bytes.Buffer
 		g.json(&b, 0)

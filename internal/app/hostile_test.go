@@ -20,9 +20,10 @@ import (
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
-	"github.com/oncepay/oncepay/internal/payment"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -44,7 +45,7 @@ type hostileCase struct {
 	auth    string            // bearer key; "" sends no Authorization
 	headers map[string]string // set last; "Authorization" here overrides auth
 	body    any               // as apptest.Server.Do sends it
-	sign    bool              // X-Signature: the HMAC of body under the instance's secret
+	sign    bool              // X-Signature: body signed now, under the instance's secret, as a report of the path's kind
 	status  int
 	code    string           // the problem code; "" for a success
 	detail  string           // a part of the problem's detail, if any
@@ -61,7 +62,7 @@ func runHostile(t *testing.T, s *apptest.Server, cases []hostileCase) {
 			maps.Copy(headers, tc.headers)
 			if tc.sign {
 				raw, _ := tc.body.(string)
-				headers[web.HeaderSignature] = s.Sign([]byte(raw))
+				headers[web.HeaderSignature] = s.SignAs(apptest.KindOf(tc.path), []byte(raw))
 			}
 			before := s.State(t)
 			r := s.Do(tc.method, tc.path, tc.auth, tc.body, headers)
@@ -129,9 +130,9 @@ func checkAnswer(t *testing.T, method string, r apptest.Response) {
 
 // goTypes are what encoding/json, fmt and reflect write when they name a Go type or value.
 // Unlike goTypeWords they leave out the package-like names the API itself uses
-// ("payment.notify" is a biz_type).
+// ("channel.trade" is a biz_type).
 var goTypes = []string{"struct {", "struct{", "Go value", "Go struct", "int64", "uint64", "float64", "[]", "map[", "interface {}",
-	"order.View", "createRequest", "payment.Notification", "account.Notification", "putRequest", "json:", "reflect"}
+	"order.View", "createRequest", "notify.Report", "tradeWire", "refundWire", "putRequest", "json:", "reflect"}
 
 // goTypeIn returns the first of goTypes that s holds, or "".
 func goTypeIn(s string) string {
@@ -159,13 +160,18 @@ type hostileFixture struct {
 	rechargeKey   string // alice's key of the recharge (POST /v1/recharges)
 	token         string // alice's token, used on POST /v1/orders
 	aliceID       string
+	secret        string // the instance's channel secret
 }
+
+// mismatchTrade is the trade number of the fixture's report with another amount.
+func mismatchTrade(f hostileFixture) string { return "T-HOSTILE-MISMATCH-" + f.pending.OrderID }
 
 const bigSKU = "HOSTILE-BIG"
 
 func newHostileFixture(t *testing.T, s *apptest.Server) hostileFixture {
 	t.Helper()
-	f := hostileFixture{orderKey: "hostile-order-" + apptest.RandHex(4), rechargeKey: "hostile-recharge-" + apptest.RandHex(4)}
+	f := hostileFixture{orderKey: "hostile-order-" + apptest.RandHex(4), rechargeKey: "hostile-recharge-" + apptest.RandHex(4),
+		secret: s.Config.ChannelSecret}
 	f.pending = s.CreateOrder(t, apptest.AliceKey, f.orderKey, apptest.Item{SKU: "SKU-1002", Quantity: 1})
 	f.paid = s.CreateOrder(t, apptest.AliceKey, "hostile-paid-"+apptest.RandHex(4), apptest.Item{SKU: "SKU-1002", Quantity: 1})
 	f.paidTrade = "T-HOSTILE-" + f.paid.OrderID
@@ -338,6 +344,46 @@ func TestHostileHTTP(t *testing.T) {
 		}
 	}
 
+	// A refused report stores nothing under its key: the channel's correct copy still applies.
+	t.Run("refused reports store nothing", func(t *testing.T) {
+		if n := s.Count(t, "idempotency_records", "biz_key LIKE ?", "T-HOSTILE-N-%"); n != 0 {
+			t.Fatalf("%d dedup records under the refused reports' trade numbers, want none", n)
+		}
+		trade := mismatchTrade(f)
+		if n := s.Count(t, "idempotency_records", "biz_key = ?", trade); n != 0 {
+			t.Fatalf("the amount mismatch stored %d records under %s, want none", n, trade)
+		}
+		if n := s.Count(t, "report_claims", "channel_no = ?", trade); n != 0 {
+			t.Fatalf("the amount mismatch claimed %s (%d claims), want none", trade, n)
+		}
+		// The same wrong copy again: refused again, its anomaly kept once.
+		wrong := notifyBody("alipay", trade, f.pending.OrderID, f.pending.Amount+1)
+		r := s.SignedNotify([]byte(wrong))
+		apptest.WantProblem(t, r, http.StatusBadRequest, "amount_mismatch")
+		if n := s.Count(t, "anomalies", "kind = ? AND trade_no = ?", anomaly.AmountMismatch, trade); n != 1 {
+			t.Errorf("%d amount_mismatch anomalies for %s after two copies, want 1", n, trade)
+		}
+		// The channel's correct copy of that trade pays the order once.
+		before := s.State(t)
+		ok := apptest.Must(t, s.SignedNotify([]byte(notifyBody("alipay", trade, f.pending.OrderID, f.pending.Amount))), http.StatusOK)
+		if ok.Outcome() != "executed" {
+			t.Errorf("the correct copy after the mismatch: outcome %q, want executed", ok.Outcome())
+		}
+		if got := s.Order(t, f.pending.OrderID); got.Status != order.Paid || got.TradeNo == nil || *got.TradeNo != trade {
+			t.Errorf("order %s is %s by %v, want PAID by %s", f.pending.OrderID, got.Status, got.TradeNo, trade)
+		}
+		d := before.Diff(s.State(t))
+		if d["orders.PAID"] != 1 || d["payments"] != 1 || d["anomalies"] != 0 {
+			t.Errorf("the correct copy changed %v, want the order PAID with one payment and no anomaly", apptest.Snapshot(d))
+		}
+		if n := s.Count(t, "idempotency_records", "biz_key = ?", trade); n != 1 {
+			t.Errorf("%d records under %s after its success, want 1", n, trade)
+		}
+		if n := s.Count(t, "report_claims", "channel_no = ? AND owner_no = ?", trade, f.pending.OrderID); n != 1 {
+			t.Errorf("%d claims of %s by order %s after its success, want 1", n, trade, f.pending.OrderID)
+		}
+	})
+
 	// Byte-exact: a key that differs in case is another key, and runs (not a replay).
 	t.Run("a key in another case is another key", func(t *testing.T) {
 		r := s.Do(http.MethodPost, "/v1/orders", apptest.AliceKey, order1002, key(strings.ToUpper(f.orderKey)))
@@ -352,9 +398,10 @@ func TestHostileHTTP(t *testing.T) {
 	})
 }
 
-// notificationCases are refused notifications on both notify paths: signature, strict JSON,
-// channel spelling and ranges. None claims a key or changes state; an amount that differs
-// from the order's is recorded as an anomaly, as the contract asks.
+// notificationCases are refused reports on the three report paths: signature (timestamped,
+// for the route's kind), configured channels, strict JSON, channel spelling and ranges. None
+// claims a key or changes state; an amount that differs from the order's is recorded as an
+// anomaly, as the contract asks, and stores nothing under its key either.
 func notificationCases(f hostileFixture) []hostileCase {
 	var out []hostileCase
 	for _, path := range []string{apptest.PaymentNotifyPath, apptest.RechargeNotifyPath} {
@@ -368,14 +415,30 @@ func notificationCases(f hostileFixture) []hostileCase {
 			return hostileCase{name: tag + name, method: http.MethodPost, path: path, body: body, sign: true,
 				status: status, code: code, detail: detail, outcome: "rejected"}
 		}
+		kind := apptest.KindOf(path)
+		one := with(`"amount":0`, `"amount":1`)
+		signed := func(name, signature string) hostileCase {
+			return hostileCase{name: tag + name, method: http.MethodPost, path: path, body: one,
+				headers: map[string]string{web.HeaderSignature: signature}, status: 401, code: "invalid_signature", outcome: "rejected"}
+		}
+		other := notify.Recharge
+		if kind == notify.Recharge {
+			other = notify.Trade
+		}
 		out = append(out,
-			hostileCase{name: tag + "unsigned", method: http.MethodPost, path: path, body: with(`"amount":0`, `"amount":1`),
+			hostileCase{name: tag + "unsigned", method: http.MethodPost, path: path, body: one,
 				status: 401, code: "invalid_signature", outcome: "rejected"},
-			hostileCase{name: tag + "signed with another secret", method: http.MethodPost, path: path, body: with(`"amount":0`, `"amount":1`),
-				headers: map[string]string{web.HeaderSignature: web.Sign("another-secret", []byte(with(`"amount":0`, `"amount":1`)))},
-				status:  401, code: "invalid_signature", outcome: "rejected"},
-			hostileCase{name: tag + "signature not hex", method: http.MethodPost, path: path, body: with(`"amount":0`, `"amount":1`),
-				headers: map[string]string{web.HeaderSignature: "zz"}, status: 401, code: "invalid_signature", outcome: "rejected"},
+			signed("signed with another secret", apptest.SignReport("another-secret", kind, []byte(one))),
+			signed("signature not hex", "zz"),
+			// The earlier form, a bare hex HMAC of the body under the right secret, is refused.
+			signed("bare HMAC of the body", web.Sign(f.secret, []byte(one))),
+			// A report signed for another kind is refused on this kind's route.
+			signed("signed as a "+string(other)+" report", apptest.SignReport(f.secret, other, []byte(one))),
+			// A signature older, or newer, than ONCEPAY_SIGNATURE_TOLERANCE (5m) is refused.
+			signed("signed 6 minutes ago", reportsig.Sign(f.secret, time.Now().Add(-6*time.Minute), string(kind), []byte(one))),
+			signed("signed 6 minutes ahead", reportsig.Sign(f.secret, time.Now().Add(6*time.Minute), string(kind), []byte(one))),
+			// A channel that is not one of ONCEPAY_CHANNELS: refused before its key is claimed.
+			c("unknown channel", strings.Replace(one, `"alipay"`, `"paypal"`, 1), 400, "unknown_channel", `"paypal"`),
 			c("channel in upper case", with(`"alipay"`, `"ALIPAY"`), 400, "invalid_request", `"channel"`),
 			c("channel with a trailing space", with(`"alipay"`, `"alipay "`), 400, "invalid_request", `"channel"`),
 			c("channel with a dash", with(`"alipay"`, `"ali-pay"`), 400, "invalid_request", `"channel"`),
@@ -389,11 +452,30 @@ func notificationCases(f hostileFixture) []hostileCase {
 			c("trade_no of 129 bytes", with(`"T-HOSTILE-N-`+target, `"`+strings.Repeat("T", 129)), 400, "invalid_request", "trade_no"),
 		)
 	}
+	// Refund reports, on their own route: the same signature rules for their kind, and a refund
+	// nobody issued is refused (404) with nothing stored, nothing changed.
+	refundBody := `{"channel":"alipay","refund_no":"R-HOSTILE-N","out_refund_no":"RF-HOSTILE-N","amount":1,"status":"SUCCESS"}`
+	refundCase := func(name string, headers map[string]string, body string, sign bool, status int, code, outcome string) hostileCase {
+		return hostileCase{name: "refund " + name, method: http.MethodPost, path: apptest.RefundNotifyPath, body: body, sign: sign,
+			headers: headers, status: status, code: code, outcome: outcome}
+	}
+	out = append(out,
+		refundCase("unsigned", nil, refundBody, false, 401, "invalid_signature", "rejected"),
+		refundCase("bare HMAC of the body", map[string]string{web.HeaderSignature: web.Sign(f.secret, []byte(refundBody))}, refundBody, false,
+			401, "invalid_signature", "rejected"),
+		refundCase("signed as a trade report", map[string]string{web.HeaderSignature: apptest.SignReport(f.secret, notify.Trade, []byte(refundBody))},
+			refundBody, false, 401, "invalid_signature", "rejected"),
+		refundCase("unknown channel", nil, strings.Replace(refundBody, `"alipay"`, `"paypal"`, 1), true, 400, "unknown_channel", "rejected"),
+		refundCase("trade fields", nil, notifyBody("alipay", "R-HOSTILE-N", "RF-HOSTILE-N", 1), true, 400, "invalid_request", "rejected"),
+		refundCase("a refund nobody issued", nil, refundBody, true, 404, "not_found", "rejected"),
+	)
 	// A signed notification for alice's pending order with another amount: refused 400 and
-	// kept as an anomaly (CONTRACT.md), nothing else changes.
+	// kept as an anomaly (CONTRACT.md), nothing else changes. The refusal is not stored under
+	// the key (TestHostileHTTP checks there is no record), so that the channel's correct copy
+	// still applies: the attempt was refused, nothing stored, a corrected copy runs.
 	out = append(out, hostileCase{name: "payment amount mismatch", method: http.MethodPost, path: apptest.PaymentNotifyPath,
-		body: notifyBody("alipay", "T-HOSTILE-MISMATCH-"+f.pending.OrderID, f.pending.OrderID, f.pending.Amount+1), sign: true,
-		status: 400, code: "amount_mismatch", outcome: "executed",
+		body: notifyBody("alipay", mismatchTrade(f), f.pending.OrderID, f.pending.Amount+1), sign: true,
+		status: 400, code: "amount_mismatch", outcome: "rejected",
 		delta: map[string]int64{"anomalies": 1, "anomalies." + anomaly.AmountMismatch: 1}})
 	return out
 }
@@ -410,13 +492,13 @@ func recordCases(f hostileFixture) []hostileCase {
 			hostileCase{name: m + " key with a trailing space", method: m, path: user(f.aliceID, f.orderKey+" "), auth: apptest.AdminKey, status: 400, code: "invalid_request"},
 			hostileCase{name: m + " bob's id with alice's key", method: m, path: user(bobOf(f.aliceID), f.orderKey), auth: apptest.AdminKey, status: 404, code: "not_found"},
 			hostileCase{name: m + " user id with a leading zero", method: m, path: user("0"+f.aliceID, f.orderKey), auth: apptest.AdminKey, status: 400, code: "invalid_request"},
-			hostileCase{name: m + " channel scope in upper case", method: m, path: sel(url.Values{"biz_type": {payment.BizType}, "biz_key": {f.paidTrade}, "scope": {"channel:ALIPAY"}}),
+			hostileCase{name: m + " channel scope in upper case", method: m, path: sel(url.Values{"biz_type": {notify.BizTypeTrade}, "biz_key": {f.paidTrade}, "scope": {"channel:ALIPAY"}}),
 				auth: apptest.AdminKey, status: 404, code: "not_found"},
-			hostileCase{name: m + " trade_no in lower case", method: m, path: sel(url.Values{"biz_type": {payment.BizType}, "biz_key": {strings.ToLower(f.paidTrade)}}),
+			hostileCase{name: m + " trade_no in lower case", method: m, path: sel(url.Values{"biz_type": {notify.BizTypeTrade}, "biz_key": {strings.ToLower(f.paidTrade)}}),
 				auth: apptest.AdminKey, status: 404, code: "not_found"},
-			hostileCase{name: m + " trade_no with a trailing space", method: m, path: sel(url.Values{"biz_type": {payment.BizType}, "biz_key": {f.paidTrade + " "}}),
+			hostileCase{name: m + " trade_no with a trailing space", method: m, path: sel(url.Values{"biz_type": {notify.BizTypeTrade}, "biz_key": {f.paidTrade + " "}}),
 				auth: apptest.AdminKey, status: 404, code: "not_found"},
-			hostileCase{name: m + " biz_type in upper case", method: m, path: sel(url.Values{"biz_type": {strings.ToUpper(payment.BizType)}, "biz_key": {f.paidTrade}}),
+			hostileCase{name: m + " biz_type in upper case", method: m, path: sel(url.Values{"biz_type": {strings.ToUpper(notify.BizTypeTrade)}, "biz_key": {f.paidTrade}}),
 				auth: apptest.AdminKey, status: 404, code: "not_found"},
 			hostileCase{name: m + " selector name in another case", method: m, path: "/v1/admin/idempotency-records?User_id=" + f.aliceID + "&key=" + f.orderKey,
 				auth: apptest.AdminKey, status: 400, code: "invalid_request"},
@@ -475,7 +557,7 @@ func TestOneSpellingPerChannel(t *testing.T) {
 	if n := s.Count(t, "payments", "trade_no = ?", tradeNo); n != 1 {
 		t.Errorf("%d payments rows for trade %s, want 1", n, tradeNo)
 	}
-	wantDeadLetter(t, s, upper, payment.ReasonUnparseable, `"channel"`)
+	wantDeadLetter(t, s, upper, notify.ReasonUnparseable, `"channel"`)
 
 	// Recharges: the same rule, through the same function.
 	_, key := s.User(t, "spell")
@@ -499,7 +581,7 @@ func wantDeadLetter(t *testing.T, s *apptest.Server, value []byte, reason, detai
 	t.Helper()
 	for _, m := range s.Messages(t, kafkax.TopicPaymentNotificationsDLQ) {
 		if bytes.Equal(m.Value, value) {
-			got := apptest.Header(m, payment.HeaderRejectReason)
+			got := apptest.Header(m, notify.HeaderRejectReason)
 			if !strings.HasPrefix(got, reason) || !strings.Contains(got, detail) {
 				t.Errorf("dead letter %s: reason %q, want %q… naming %s", value, got, reason, detail)
 			}
@@ -509,11 +591,12 @@ func wantDeadLetter(t *testing.T, s *apptest.Server, value []byte, reason, detai
 	t.Errorf("%s was not dead-lettered", value)
 }
 
-// TestHostileKafka: over Kafka, copies that are unsigned, wrongly signed, or signed but
-// malformed (channel spellings, duplicate and case-folded fields, invalid UTF-8, amounts out
-// of range, a trade_no in another case for the same order) arrive before the channel's correct
-// copy. Each malformed one is dead-lettered with its reason and changes nothing; then the
-// correct copy pays the order once.
+// TestHostileKafka: over Kafka, copies that are unsigned, wrongly signed (another secret or
+// body, the earlier bare HMAC, another kind, a timestamp older than the redelivery window),
+// from a channel that is not configured, or signed but malformed (channel spellings, duplicate
+// and case-folded fields, invalid UTF-8, amounts out of range, a trade_no in another case for
+// the same order) arrive before the channel's correct copy. Each one is dead-lettered with its
+// reason and changes nothing; then the correct copy, signed an hour ago, pays the order once.
 func TestHostileKafka(t *testing.T) {
 	s := apptest.Start(t)
 	w := s.Writer(t)
@@ -521,30 +604,37 @@ func TestHostileKafka(t *testing.T) {
 	tradeNo := "T-HK-" + o.OrderID
 	good := []byte(notifyBody("alipay", tradeNo, o.OrderID, o.Amount))
 	with := func(old, repl string) []byte { return bytes.Replace(good, []byte(old), []byte(repl), 1) }
-	sig := func(secret string, v []byte) []kafka.Header {
-		return []kafka.Header{{Key: web.HeaderSignature, Value: []byte(web.Sign(secret, v))}}
+	sigAt := func(secret string, at time.Time, kind notify.Kind, v []byte) []kafka.Header {
+		return []kafka.Header{{Key: web.HeaderSignature, Value: []byte(reportsig.Sign(secret, at, string(kind), v))}}
 	}
+	sig := func(secret string, v []byte) []kafka.Header { return sigAt(secret, time.Now(), notify.Trade, v) }
 	secret := s.Config.ChannelSecret
+	// A copy may wait in the topic as long as any path may redeliver, and no longer.
+	tooOld := time.Now().Add(-s.Config.MaxRedeliveryWindow - time.Hour)
 	cases := []struct {
 		name    string
 		value   []byte
 		headers []kafka.Header // nil: the correct signature of value
 		reason  string
 	}{
-		{"unsigned", good, []kafka.Header{}, payment.ReasonUnsigned},
-		{"empty signature", good, []kafka.Header{{Key: web.HeaderSignature}}, payment.ReasonUnsigned},
-		{"signature header in lower case", good, []kafka.Header{{Key: "x-signature", Value: []byte(web.Sign(secret, good))}}, payment.ReasonUnsigned},
-		{"another secret", good, sig("another-secret", good), payment.ReasonInvalidSignature},
-		{"signature of another body", good, sig(secret, append([]byte(" "), good...)), payment.ReasonInvalidSignature},
-		{"signature not hex", good, []kafka.Header{{Key: web.HeaderSignature, Value: []byte("zz")}}, payment.ReasonInvalidSignature},
-		{"channel in upper case", with(`"alipay"`, `"ALIPAY"`), nil, payment.ReasonUnparseable},
-		{"channel with a trailing space", with(`"alipay"`, `"alipay "`), nil, payment.ReasonUnparseable},
-		{"duplicate amount", with(`"amount":`, `"amount":1,"amount":`), nil, payment.ReasonUnparseable},
-		{"Amount in another case", with(`"amount"`, `"Amount"`), nil, payment.ReasonUnparseable},
-		{"invalid UTF-8", with(`"T-HK-`, "\"T-\xffHK-"), nil, payment.ReasonUnparseable},
-		{"amount 10^10+1", with(`"amount":`+strconv.FormatInt(o.Amount, 10), `"amount":10000000001`), nil, payment.ReasonUnparseable},
-		{"amount 0", with(`"amount":`+strconv.FormatInt(o.Amount, 10), `"amount":0`), nil, payment.ReasonUnparseable},
-		{"Go-typed detail bait", with(`"out_trade_no":"`+o.OrderID+`"`, `"out_trade_no":{"a":1}`), nil, payment.ReasonUnparseable},
+		{"unsigned", good, []kafka.Header{}, notify.ReasonUnsigned},
+		{"empty signature", good, []kafka.Header{{Key: web.HeaderSignature}}, notify.ReasonUnsigned},
+		{"signature header in lower case", good, []kafka.Header{{Key: "x-signature", Value: sig(secret, good)[0].Value}}, notify.ReasonUnsigned},
+		{"another secret", good, sig("another-secret", good), notify.ReasonInvalidSignature},
+		{"signature of another body", good, sig(secret, append([]byte(" "), good...)), notify.ReasonInvalidSignature},
+		{"signature not hex", good, []kafka.Header{{Key: web.HeaderSignature, Value: []byte("zz")}}, notify.ReasonInvalidSignature},
+		{"bare HMAC of the body", good, []kafka.Header{{Key: web.HeaderSignature, Value: []byte(web.Sign(secret, good))}}, notify.ReasonInvalidSignature},
+		{"signed as a recharge report", good, sigAt(secret, time.Now(), notify.Recharge, good), notify.ReasonInvalidSignature},
+		{"signed before the redelivery window", good, sigAt(secret, tooOld, notify.Trade, good), notify.ReasonInvalidSignature},
+		{"unknown channel", with(`"alipay"`, `"paypal"`), nil, notify.ReasonUnknownChannel},
+		{"channel in upper case", with(`"alipay"`, `"ALIPAY"`), nil, notify.ReasonUnparseable},
+		{"channel with a trailing space", with(`"alipay"`, `"alipay "`), nil, notify.ReasonUnparseable},
+		{"duplicate amount", with(`"amount":`, `"amount":1,"amount":`), nil, notify.ReasonUnparseable},
+		{"Amount in another case", with(`"amount"`, `"Amount"`), nil, notify.ReasonUnparseable},
+		{"invalid UTF-8", with(`"T-HK-`, "\"T-\xffHK-"), nil, notify.ReasonUnparseable},
+		{"amount 10^10+1", with(`"amount":`+strconv.FormatInt(o.Amount, 10), `"amount":10000000001`), nil, notify.ReasonUnparseable},
+		{"amount 0", with(`"amount":`+strconv.FormatInt(o.Amount, 10), `"amount":0`), nil, notify.ReasonUnparseable},
+		{"Go-typed detail bait", with(`"out_trade_no":"`+o.OrderID+`"`, `"out_trade_no":{"a":1}`), nil, notify.ReasonUnparseable},
 	}
 	before := s.State(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -570,7 +660,7 @@ func TestHostileKafka(t *testing.T) {
 		if i >= len(letters) {
 			break
 		}
-		got := apptest.Header(letters[i], payment.HeaderRejectReason)
+		got := apptest.Header(letters[i], notify.HeaderRejectReason)
 		if !bytes.Equal(letters[i].Value, c.value) || !strings.HasPrefix(got, c.reason) {
 			t.Errorf("%s: dead letter %d has reason %q, want %q", c.name, i, got, c.reason)
 		}
@@ -582,7 +672,10 @@ func TestHostileKafka(t *testing.T) {
 		t.Errorf("the rejected copies claimed the key: %d records", n)
 	}
 
-	if err := apptest.PublishNotification(ctx, w, good); err != nil {
+	// The channel's correct copy, signed an hour ago: older than an HTTP report may be
+	// (ONCEPAY_SIGNATURE_TOLERANCE), well within the redelivery window a message may wait.
+	if err := w.WriteMessages(ctx, kafka.Message{Topic: kafkax.TopicPaymentNotifications, Key: []byte(tradeNo), Value: good,
+		Headers: sigAt(secret, time.Now().Add(-time.Hour), notify.Trade, good)}); err != nil {
 		t.Fatal(err)
 	}
 	s.WaitConsumed(t)
@@ -653,7 +746,10 @@ func TestSecretsNeverLeak(t *testing.T) {
 		{http.MethodPost, "/v1/recharges", apptest.AliceKey, apptest.IdemKey(channelSecret), `{"amount":0}`},
 		{http.MethodPost, apptest.PaymentNotifyPath, "", map[string]string{web.HeaderSignature: channelSecret}, body},
 		{http.MethodPost, apptest.PaymentNotifyPath, "", map[string]string{web.HeaderSignature: web.Sign(channelSecret, []byte(body))}, body},
-		{http.MethodPost, apptest.RechargeNotifyPath, "", map[string]string{web.HeaderSignature: web.Sign(adminKey, []byte(body))}, body},
+		{http.MethodPost, apptest.PaymentNotifyPath, "", map[string]string{web.HeaderSignature: apptest.SignReport(channelSecret, notify.Trade, []byte(body))}, body},
+		{http.MethodPost, apptest.RechargeNotifyPath, "", map[string]string{web.HeaderSignature: apptest.SignReport(adminKey, notify.Recharge, []byte(body))}, body},
+		// A token leaves a key in Redis for the scan below to read.
+		{http.MethodPost, "/v1/idempotency-tokens", apptest.AliceKey, nil, nil},
 		{http.MethodGet, "/v1/orders/1", apptest.AliceKey, map[string]string{requestid.Header: "not a valid id " + adminKey}, nil},
 		{http.MethodPost, "/v1/admin/jobs/purge-dedup-records/run", adminKey, nil, `{"older_than":"0s"}`},
 		{http.MethodGet, "/metrics", "", nil, nil},

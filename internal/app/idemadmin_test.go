@@ -13,6 +13,7 @@ import (
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemadmin"
+	"github.com/oncepay/oncepay/internal/notify"
 )
 
 // recordsPath is the admin route of idempotency records, with the selector q.
@@ -127,7 +128,8 @@ func TestEvictStoredRefusal(t *testing.T) {
 		rec.ResponseCode != want.ResponseCode || rec.Evictable != want.Evictable {
 		t.Errorf("GET record = %+v, want %+v", rec, want)
 	}
-	if len(rec.Fingerprint) != 64 || rec.RequestID == "" || rec.CreatedAt.IsZero() || !rec.ExpiresAt.After(rec.CreatedAt) {
+	if len(rec.Fingerprint) != 64 || rec.RequestID == "" || rec.CreatedAt == nil || rec.CreatedAt.IsZero() ||
+		rec.ExpiresAt == nil || !rec.ExpiresAt.After(*rec.CreatedAt) {
 		t.Errorf("GET record = %+v: want a fingerprint, a request id and timestamps", rec)
 	}
 
@@ -192,7 +194,7 @@ func TestIdempotencyRecordsNotifications(t *testing.T) {
 		o := s.CreateOrder(t, apptest.AliceKey, "pay-"+channel, apptest.Item{SKU: "SKU-1002", Quantity: 1})
 		apptest.Must(t, s.NotifyUntilDone(apptest.JSON(apptest.Notification(o, channel, tradeNo))), http.StatusOK)
 	}
-	biz := url.Values{"biz_type": {"payment.notify"}, "biz_key": {tradeNo}}
+	biz := url.Values{"biz_type": {notify.BizTypeTrade}, "biz_key": {tradeNo}}
 	apptest.WantProblem(t, s.Do(http.MethodGet, recordsPath(biz), apptest.AdminKey, nil, nil), http.StatusBadRequest, "invalid_request")
 
 	biz.Set("scope", "channel:wechat")
@@ -203,8 +205,26 @@ func TestIdempotencyRecordsNotifications(t *testing.T) {
 	}
 	apptest.WantProblem(t, s.Do(http.MethodDelete, recordsPath(biz), apptest.AdminKey, nil, nil), http.StatusConflict, "effect_committed")
 
-	one := url.Values{"biz_type": {"payment.notify"}, "biz_key": {tradeNo}, "scope": {"channel:unknown"}}
+	one := url.Values{"biz_type": {notify.BizTypeTrade}, "biz_key": {tradeNo}, "scope": {"channel:unknown"}}
 	apptest.WantProblem(t, s.Do(http.MethodGet, recordsPath(one), apptest.AdminKey, nil, nil), http.StatusNotFound, "not_found")
+
+	// A recharge's report is keyed like an order's: a trade number is one key whatever it pays.
+	_, key := s.User(t, "records")
+	rc := s.CreateRecharge(t, key, 700)
+	const rechargeTrade = "T-2026-0002"
+	if r, _ := s.NotifyRechargeUntilDone(apptest.RechargeReport(rc, "alipay", rechargeTrade, 700)); r.Status != http.StatusOK {
+		t.Fatalf("the recharge's report: %s", r)
+	}
+	paid := url.Values{"biz_type": {notify.BizTypeTrade}, "biz_key": {rechargeTrade}}
+	apptest.Must(t, s.Do(http.MethodGet, recordsPath(paid), apptest.AdminKey, nil, nil), http.StatusOK).Decode(t, &rec)
+	if rec.Scope != "channel:alipay" || rec.BizType != notify.BizTypeTrade || rec.BizKey != rechargeTrade || rec.Outcome != "success" {
+		t.Errorf("GET record = %+v, want alipay's successful recharge under %s", rec, notify.BizTypeTrade)
+	}
+	// The biz types of before name nothing any more.
+	for _, old := range []string{"payment.notify", "recharge.notify"} {
+		gone := url.Values{"biz_type": {old}, "biz_key": {rechargeTrade}, "scope": {"channel:alipay"}}
+		apptest.WantProblem(t, s.Do(http.MethodGet, recordsPath(gone), apptest.AdminKey, nil, nil), http.StatusNotFound, "not_found")
+	}
 }
 
 // TestIdempotencyRecordsSelectors: the admin key is required, and a missing, partial, mixed,
@@ -223,11 +243,11 @@ func TestIdempotencyRecordsSelectors(t *testing.T) {
 				"",
 				"user_id=" + alice,
 				"key=k",
-				"biz_type=payment.notify",
+				"biz_type=" + notify.BizTypeTrade,
 				"biz_key=T1",
 				"scope=channel:alipay&biz_key=T1",
-				"biz_type=payment.notify&biz_key=T1&scope=",
-				"user_id=" + alice + "&key=k&biz_type=payment.notify",
+				"biz_type=" + notify.BizTypeTrade + "&biz_key=T1&scope=",
+				"user_id=" + alice + "&key=k&biz_type=" + notify.BizTypeTrade,
 				"user_id=" + alice + "&key=k&scope=user:" + alice,
 				"user_id=alice&key=k",
 				"user_id=-1&key=k",
@@ -238,7 +258,7 @@ func TestIdempotencyRecordsSelectors(t *testing.T) {
 			} {
 				apptest.WantProblem(t, s.Do(method, "/v1/admin/idempotency-records?"+raw, apptest.AdminKey, nil, nil), http.StatusBadRequest, "invalid_request")
 			}
-			apptest.WantProblem(t, s.Do(method, recordsPath(url.Values{"biz_type": {"payment.notify"}, "biz_key": {"nope"}}), apptest.AdminKey, nil, nil),
+			apptest.WantProblem(t, s.Do(method, recordsPath(url.Values{"biz_type": {notify.BizTypeTrade}, "biz_key": {"nope"}}), apptest.AdminKey, nil, nil),
 				http.StatusNotFound, "not_found")
 		})
 	}

@@ -21,8 +21,8 @@ import (
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/inventory"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
-	"github.com/oncepay/oncepay/internal/payment"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
@@ -411,7 +411,7 @@ func (c groupClient) committed(ctx context.Context, topic string, ends map[int]i
 	for p := range ends {
 		ps = append(ps, p)
 	}
-	res, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: payment.Group, Topics: map[string][]int{topic: ps}})
+	res, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: notify.Group, Topics: map[string][]int{topic: ps}})
 	if err != nil {
 		return nil, err
 	}
@@ -488,7 +488,7 @@ func (g groupState) memberOf(sw *netSwitch) (string, []int) {
 // describe returns the group's state when it is stable with every partition assigned, and
 // why not otherwise.
 func (c groupClient) describe(ctx context.Context) (groupState, string) {
-	res, err := c.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{payment.Group}})
+	res, err := c.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{notify.Group}})
 	if err != nil || len(res.Groups) != 1 {
 		return nil, fmt.Sprintf("describe: %v", err)
 	}
@@ -546,7 +546,7 @@ func (c groupClient) waitRebalanced(t *testing.T, gone string, n int) time.Time 
 	return time.Now()
 }
 
-// consumedLog records the consumer's "payment notification consumed" log lines, which name
+// consumedLog records the consumer's "trade report consumed" log lines, which name
 // the partition and offset of every message handled to the end, and passes warnings and
 // errors on to stderr.
 type consumedLog struct {
@@ -575,7 +575,7 @@ func captureConsumed(t *testing.T) *consumedLog {
 func (h *consumedLog) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h *consumedLog) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == "payment notification consumed" {
+	if r.Message == "trade report consumed" {
 		rec := consumedRec{partition: -1}
 		r.Attrs(func(a slog.Attr) bool {
 			switch a.Key {

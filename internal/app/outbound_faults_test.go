@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/order"
+	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/refund"
 )
 
@@ -214,30 +216,48 @@ func checkChannelAgrees(t *testing.T, s *apptest.Server, orders []order.View) {
 }
 
 // TestDuplicatePaymentNeverRefundsTheOrdersOwnTrade: a second trade pays an order already
-// paid through the channel; the payment is kept as a duplicate_payment anomaly. The channel's
-// refund API names a trade by out_trade_no, and the trade it holds under the order is the
-// order's own, legitimate one: refunding the anomaly through it would take back the payment
-// the order keeps. So resume-refunds, however often it runs, opens no refund for it (the
-// anomaly stays listed for an operator), the channel refunds nothing, and the buyer's own
-// refund of the PAID order later succeeds in full.
+// paid through the channel; the payment is kept as a duplicate_payment anomaly. Refunding the
+// anomaly by the order's out_trade_no would take back the payment the order keeps, so its one
+// refund names the anomaly's own trade, by trade_no, through the channel that took it.
+// Here that trade is one the channel does not know (the report is the only news of it): the
+// channel refuses the refund, which ends FAILED — once, however often resume-refunds runs —
+// and the anomaly is left to an operator (needs_operator). The channel refunds nothing
+// against the order's own trade, and the buyer's own refund of the PAID order later succeeds
+// in full.
 func TestDuplicatePaymentNeverRefundsTheOrdersOwnTrade(t *testing.T) {
 	s := channelServer(t)
 	o := paidOrder(t, s, "dupay")
 	first := s.Order(t, o.OrderID)
+	secondTrade := "SIM-SECOND-" + o.OrderID
 
 	// The second payment: same order, same channel, another trade_no.
-	second := apptest.Notification(o, "simpay", "SIM-SECOND-"+o.OrderID)
+	second := apptest.Notification(o, "simpay", secondTrade)
 	if r := s.NotifyUntilDone(apptest.JSON(second)); r.Status != http.StatusOK {
 		t.Fatalf("the second payment answered %s, want 200 so the channel stops", r)
 	}
-	if n := len(s.AnomaliesOf(t, "duplicate_payment", o.OrderID)); n != 1 {
-		t.Fatalf("%d duplicate_payment anomalies for order %s, want 1", n, o.OrderID)
+	as := s.AnomaliesOf(t, "duplicate_payment", o.OrderID)
+	if len(as) != 1 {
+		t.Fatalf("%d duplicate_payment anomalies for order %s, want 1", len(as), o.OrderID)
 	}
 	for range 4 {
 		adminRun(t, s, "resume-refunds", nil, nil)
 	}
-	if n := s.Count(t, "refunds", "order_id = ?", o.OrderID); n != 0 {
-		t.Fatalf("%d refunds opened for order %s, want none: the channel's trade for it is the order's own", n, o.OrderID)
+	var rows []refund.Refund
+	if err := s.DB.Where("order_id = ?", first.ID).Find(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d refunds for order %s after four runs of resume-refunds, want the anomaly's one", len(rows), o.OrderID)
+	}
+	rf := rows[0]
+	if rf.AnomalyID == nil || ids.Format(*rf.AnomalyID) != as[0].ID || rf.Channel != "simpay" || derefOr(rf.TradeNo) != secondTrade ||
+		rf.Amount != o.Amount || rf.Status != refund.Failed {
+		t.Errorf("the anomaly's refund: anomaly %v, channel %s, trade_no %q, amount %d, status %s; want anomaly %s's FAILED refund of %d by trade_no %s at simpay",
+			rf.AnomalyID, rf.Channel, derefOr(rf.TradeNo), rf.Amount, rf.Status, as[0].ID, o.Amount, secondTrade)
+	}
+	if got := s.AnomaliesOf(t, "duplicate_payment", o.OrderID); len(got) != 1 || got[0].Resolution != anomaly.NeedsOperator ||
+		got[0].RefundID != ids.Format(rf.ID) {
+		t.Errorf("the anomaly after its refund failed: %+v, want resolution needs_operator with refund %d", got, rf.ID)
 	}
 	if sum, n := refundedAtChannel(s, o.OrderID); n != 0 {
 		t.Fatalf("the channel refunded %d in %d refunds against the order's own trade, want nothing", sum, n)
@@ -262,6 +282,10 @@ func TestDuplicatePaymentNeverRefundsTheOrdersOwnTrade(t *testing.T) {
 	}
 	if sum, n := refundedAtChannel(s, o.OrderID); n != 1 || sum != o.Amount {
 		t.Errorf("the channel refunded %d in %d refunds, want %d in 1", sum, n, o.Amount)
+	}
+	waitStatus(t, s, o.OrderID, order.Refunded)
+	if n := s.Count(t, "refunds", "order_id = ?", first.ID); n != 2 {
+		t.Errorf("%d refunds for order %s, want 2 (the anomaly's, the buyer's)", n, o.OrderID)
 	}
 }
 

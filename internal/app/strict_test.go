@@ -103,6 +103,10 @@ func TestStrictRequests(t *testing.T) {
 // 401, whether from a user route, an admin route or a notification's signature.
 func TestHTTPConventions(t *testing.T) {
 	s := apptest.StartHTTPOnly(t)
+	// A report from a configured channel: its signature is checked (a report naming no
+	// configured channel is refused 400 before that, since its channel picks the secret).
+	report := `{"channel":"alipay","trade_no":"T-CONV","out_trade_no":"1","amount":100,"status":"SUCCESS"}`
+	refundReport := `{"channel":"alipay","refund_no":"R-CONV","out_refund_no":"RF1","amount":100,"status":"SUCCESS"}`
 	tests := []struct {
 		name   string
 		method string
@@ -116,8 +120,10 @@ func TestHTTPConventions(t *testing.T) {
 		{"user route with an unknown key", http.MethodPost, "/v1/orders", "nobody-key", apptest.IdemKey("k"), `{}`, http.StatusUnauthorized},
 		{"admin route without a key", http.MethodPut, "/v1/admin/inventory/SKU-1001", "", nil, `{"price":1,"available":1}`, http.StatusUnauthorized},
 		{"admin route with an unknown key", http.MethodPost, "/v1/admin/jobs/close-expired-orders/run", "nobody-key", nil, nil, http.StatusUnauthorized},
-		{"notification without a signature", http.MethodPost, apptest.PaymentNotifyPath, "", nil, `{}`, http.StatusUnauthorized},
-		{"notification with a wrong signature", http.MethodPost, "/v1/recharges/notify", "", map[string]string{web.HeaderSignature: "00"}, `{}`, http.StatusUnauthorized},
+		{"notification without a signature", http.MethodPost, apptest.PaymentNotifyPath, "", nil, report, http.StatusUnauthorized},
+		{"notification with a wrong signature", http.MethodPost, "/v1/recharges/notify", "", map[string]string{web.HeaderSignature: "00"}, report, http.StatusUnauthorized},
+		{"notification with the bare HMAC", http.MethodPost, apptest.PaymentNotifyPath, "", map[string]string{web.HeaderSignature: web.Sign(s.Config.ChannelSecret, []byte(report))}, report, http.StatusUnauthorized},
+		{"refund notification without a signature", http.MethodPost, apptest.RefundNotifyPath, "", nil, refundReport, http.StatusUnauthorized},
 		{"not found", http.MethodGet, "/nothing", "", nil, nil, http.StatusNotFound},
 		{"success", http.MethodGet, "/v1/inventory/SKU-1001", "", nil, nil, http.StatusOK},
 	}

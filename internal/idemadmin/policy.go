@@ -187,7 +187,7 @@ func PolicyOf(p idempotent.Policy, requiredOn []string) Policy {
 			string(idempotent.Mismatch):      "the key was used before with another method, path or body: 422",
 			string(idempotent.TokenInvalid):  "a tok_ key that is not a live token of this user: 400",
 			string(idempotent.StateRejected): "the state had moved on (an order already paid, cancelled…): the answer says so and nothing changed",
-			string(idempotent.Rejected):      "refused before the key was claimed (authentication, a malformed body, a missing key): nothing stored",
+			string(idempotent.Rejected):      "refused with nothing stored: before the key was claimed (authentication, a malformed body, a missing key), or a channel report the work turned away (a corrected copy runs)",
 			string(idempotent.Unavailable):   "a dependency the write needs is unavailable (503): nothing stored, retry with the same key",
 			string(idempotent.Failed):        "the attempt failed before it could answer (a database error, a lost lease): nothing stored, retry with the same key",
 		},

@@ -22,8 +22,9 @@ const (
 	TokenInvalid Outcome = "token_invalid"
 	// StateRejected: a state precondition turned the request away (the domain sets it).
 	StateRejected Outcome = "state_rejected"
-	// Rejected: the request was refused before any layer ran (missing or malformed key,
-	// unreadable body).
+	// Rejected: the request was refused and nothing was stored for it — before any layer ran
+	// (missing or malformed key, unreadable body), or by a work whose refusals are not stored
+	// (a channel report with an amount that does not match): a corrected copy runs.
 	Rejected Outcome = "rejected"
 	// Unavailable: Redis is down and ONCEPAY_REDIS_FAILURE_MODE=reject.
 	Unavailable Outcome = "unavailable"
