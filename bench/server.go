@@ -120,6 +120,9 @@ func (e *env) oncepayConfig(ctx context.Context) (config.Config, error) {
 	cfg.DataDir = dataDir
 	cfg.AdminKey = "bench-admin-" + randomHex(8)
 	cfg.ChannelSecret = "bench-secret-" + randomHex(8)
+	for i := range cfg.Channels {
+		cfg.Channels[i].Secret = cfg.ChannelSecret
+	}
 	cfg.SeedDemo = true
 	return cfg, nil
 }

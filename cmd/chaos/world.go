@@ -469,6 +469,7 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 		"ONCEPAY_REDIS_ADDR=" + w.redisAddrs(),
 		"ONCEPAY_KAFKA_BROKERS=" + strings.Join(w.kafka.Brokers, ","),
 		"ONCEPAY_CHANNEL_URL=" + w.simURL,
+		"ONCEPAY_CHANNELS=simpay",
 		"ONCEPAY_CHANNEL_SECRET=" + w.secret,
 		"ONCEPAY_ADMIN_KEY=" + w.adminKey,
 		"ONCEPAY_PUBLIC_URL=http://" + w.lbSrv.Addr,

@@ -18,6 +18,11 @@
 //	})
 //	// res.Outcome: executed, replayed, in_progress (err ErrKeyInUse), mismatch (ErrKeyReused) …
 //
+// Work that must happen outside the transaction — a call to another system, such as closing
+// a trade at a payment channel before a cancel — goes in Request.Before: it runs after the key
+// is claimed, under its lease, and never for a refused request or a replay (I12: a side
+// effect before the key). A follow-up that needs the committed row goes in Request.After.
+//
 // The table it needs, idempotency_records, is Schema (one definition per dialect).
 //
 // Four layers, cheapest first. The first three live in Redis and only save work; the fourth
