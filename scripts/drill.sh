@@ -16,6 +16,11 @@ export ONCEPAY_EMBEDDED_KAFKA_ADDR="${DRILL_KAFKA_ADDR:-127.0.0.1:19099}"
 # pay_url of the trades oncepay opens (or --sim).
 export ONCEPAY_EMBEDDED_CHANNEL_ADDR="${DRILL_CHANNEL_ADDR:-127.0.0.1:18091}"
 export ONCEPAY_LAB=true
+# The drill's own notifications name a channel of their own, drill, which keeps its payments
+# apart in reconciliation. oncepay refuses a report from a channel it is not configured with
+# (400 unknown_channel), so drill is one of ONCEPAY_CHANNELS, beside the embedded simulator's
+# defaults; with no URL of its own it is called at the simulator too.
+export ONCEPAY_CHANNELS="${ONCEPAY_CHANNELS:-simpay,alipay,wechat,drill}"
 # I4: every oncepay payment sleeps this long while it holds its lock. The drill's retry comes
 # at +6 s, after a fixed 5 s lease has run out, so the delay must outlast both: then the
 # retry meets a payment still at work, which the lab's lock (5 s, never renewed; its own work

@@ -69,9 +69,10 @@ type drill struct {
 	progressMu sync.Mutex
 	// seq numbers the X-Request-Id of every call.
 	seq atomic.Int64
-	// purgeGate keeps I6's purge of every dedup row out of the runs whose duplicates are
-	// answered from the first one's stored result (purgeSensitive): they hold it shared for
-	// their whole run, the purge holds it alone for its one call.
+	// purgeGate keeps I6's and I13's purges of every dedup row out of the runs whose duplicates
+	// are answered from the first one's stored result (purgeSensitive): they hold it shared for
+	// their whole run, I12 from its key's first use to the refused reuse, and each purge holds
+	// it alone for its one call (purgeDedupRecords).
 	purgeGate sync.RWMutex
 	// active tracks which runs overlap, so that a run's counter delta is reported only when it
 	// had the server to itself.

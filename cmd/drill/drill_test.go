@@ -35,9 +35,11 @@ func TestScheduleKeepsTheCloseJobAndSlowPaymentsApart(t *testing.T) {
 		"I8 refund call times out/lab",
 		"I9 lost notification, then close/oncepay", // like I5's second half: waits for the others before its close job
 		"I9 lost notification, then close/lab",     // closes its one order by id
+		"I12 side effect before the key/lab",       // the buyer's payment is refused: nothing for oncepay to apply
+		"I13 purged fence on a money path/lab",     // paid through the lab's own route
 	}
 	wantPaying := []string{"I1 triple delivery/oncepay", "I4 lock expiry under a slow payment/oncepay", "I6 purge before redelivery/oncepay",
-		"I8 refund call times out/oncepay"}
+		"I8 refund call times out/oncepay", "I12 side effect before the key/oncepay", "I13 purged fence on a money path/oncepay"}
 	wantAlone := []string{"I5 late close of a paid order/oncepay"}
 	for _, g := range []struct {
 		name      string

@@ -39,6 +39,9 @@ func TestDrillAgainstTheRealApp(t *testing.T) {
 	cfg.ChannelTimeout, cfg.ChannelRetries = time.Second, 1
 	cfg.ReconcileJobInterval, cfg.RefundJobInterval = time.Hour, time.Hour
 	cfg.ChannelSecret, cfg.AdminKey = "dev-channel-secret", "dev-admin-key"
+	// The drill's own notifications name a channel of their own (drillChannel), which oncepay
+	// must be configured with like any other: ONCEPAY_CHANNELS in scripts/drill.sh.
+	cfg.Channels = append(cfg.Channels, oncepayconfig.Channel{Name: drillChannel, Secret: cfg.ChannelSecret})
 	cfg.SeedDemo = true
 	cfg.DataDir = t.TempDir()
 	cfg.EmbeddedChannelAddr = "127.0.0.1:0" // a simulator of its own, on a free port

@@ -190,15 +190,26 @@ type anomaly struct {
 
 // hasAnomaly reports whether GET /v1/admin/anomalies lists kind for the order or trade_no.
 func (d *drill) hasAnomaly(ctx context.Context, kind, orderID, tradeNo string) (bool, error) {
+	kinds, err := d.anomaliesOf(ctx, orderID, tradeNo)
+	return slices.Contains(kinds, kind), err
+}
+
+// anomaliesOf returns the kinds of the anomalies GET /v1/admin/anomalies lists for the order
+// or trade_no, newest first, from the newest 1000 (the drill's own are the newest).
+func (d *drill) anomaliesOf(ctx context.Context, orderID, tradeNo string) ([]string, error) {
 	var list struct {
 		Anomalies []anomaly `json:"anomalies"`
 	}
-	if _, err := d.c.expect(ctx, d.get("/v1/admin/anomalies", d.cfg.AdminKey), http.StatusOK, &list); err != nil {
-		return false, err
+	if _, err := d.c.expect(ctx, d.get("/v1/admin/anomalies?limit=1000", d.cfg.AdminKey), http.StatusOK, &list); err != nil {
+		return nil, err
 	}
-	return slices.ContainsFunc(list.Anomalies, func(a anomaly) bool {
-		return a.Kind == kind && (string(a.OrderID) == orderID || a.TradeNo == tradeNo)
-	}), nil
+	var kinds []string
+	for _, a := range list.Anomalies {
+		if (orderID != "" && string(a.OrderID) == orderID) || (tradeNo != "" && a.TradeNo == tradeNo) {
+			kinds = append(kinds, a.Kind)
+		}
+	}
+	return kinds, nil
 }
 
 // finalState stops the watch and reads the order and the SKU's stock once more.

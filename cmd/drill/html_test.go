@@ -277,6 +277,8 @@ func TestHTMLColoursEveryOutcome(t *testing.T) {
 		{copyRecord{Via: "http", Status: 200}, "executed"},
 		{copyRecord{Via: "http", Status: 409, Code: "idempotency_key_in_use"}, "in_progress"},
 		{copyRecord{Via: "http", Status: 200, Outcome: "replayed"}, "replayed"},
+		{copyRecord{Via: "http", Status: 422, Outcome: "mismatch", Code: "idempotency_key_reused"}, "mismatch"},
+		{copyRecord{Via: "http", Status: 409, Code: "trade_closed"}, "refused"}, // the simulator refusing the buyer (I12's lab row)
 		{copyRecord{Via: "http", Status: 404, Code: "not_found"}, "error"},
 		{copyRecord{Via: "http", Status: 500, Outcome: "executed"}, "error"},
 		{copyRecord{Via: "http", Status: 400, Outcome: "rejected"}, "error"},

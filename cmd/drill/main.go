@@ -1,4 +1,4 @@
-// Command drill runs oncepay's incident drills (I1–I7 and I10 in INCIDENTS.md, and a flash sale)
+// Command drill runs oncepay's incident drills (I1–I10 in INCIDENTS.md, I12 and I13, and a flash sale)
 // against a running server and prints a verdict table.
 //
 // It is a black-box client: it knows only CONTRACT.md. Each scenario fires real duplicate

@@ -128,57 +128,73 @@ func (d *drill) clearFaults(ctx context.Context, t0 time.Time, label string, out
 	}
 }
 
-// openAndPay makes an order of one unit on a new SKU, opens its channel trade through
-// POST /v1/orders/{order_id}/payments (holding simGate shared: no fault may meet the call),
-// and has the buyer pay it at the simulator while every notification is dropped (holding
-// simGate alone from the fault to its clearing). It returns the channel's notification, which
-// never reached oncepay.
+// openAndPay makes an order of one unit on a new SKU, opens its channel trade (openTrade) and
+// has the buyer pay it at the simulator while every notification is dropped (payDropped). It
+// returns the channel's notification, which never reached oncepay.
 func (d *drill) openAndPay(ctx context.Context, rt routes, tag string, t0 time.Time, out *outcome) (stock, order, []byte, error) {
-	d.simGate.RLock()
-	sku, o, err := d.orderOnNewSKU(ctx, rt, tag, 1)
-	id := string(o.OrderID)
-	if err == nil {
-		var tv tradeView
-		open := d.c.fireHTTP(ctx, t0, "open the channel trade", call{method: http.MethodPost, path: "/v1/orders/" + id + "/payments",
-			bearer: d.cfg.UserKey, idemKey: d.key(rt, tag+"-pay"), requestID: d.requestID()}, &tv)
-		out.copies = append(out.copies, open)
-		if open.Status != http.StatusCreated {
-			err = fmt.Errorf("POST /v1/orders/%s/payments answered %s, want 201", id, answerSummary(open))
-		} else {
-			err = d.learnSim(tv.PayURL)
-		}
-	}
-	d.simGate.RUnlock()
+	sku, o, err := d.openTrade(ctx, rt, tag, t0, out)
 	if err != nil {
 		return sku, o, nil, err
 	}
+	id := string(o.OrderID)
+	pay, body, err := d.payDropped(ctx, t0, id, out)
+	if err == nil && pay.Status != http.StatusOK {
+		err = fmt.Errorf("POST /sim/trades/%s/pay answered %s, want 200", id, answerSummary(pay))
+	}
+	return sku, o, body, err
+}
 
+// openTrade makes an order of one unit on a new SKU and opens its channel trade through
+// POST /v1/orders/{order_id}/payments, holding simGate shared: no fault may meet the call.
+func (d *drill) openTrade(ctx context.Context, rt routes, tag string, t0 time.Time, out *outcome) (stock, order, error) {
+	d.simGate.RLock()
+	defer d.simGate.RUnlock()
+	sku, o, err := d.orderOnNewSKU(ctx, rt, tag, 1)
+	if err != nil {
+		return sku, o, err
+	}
+	id := string(o.OrderID)
+	var tv tradeView
+	open := d.c.fireHTTP(ctx, t0, "open the channel trade", call{method: http.MethodPost, path: "/v1/orders/" + id + "/payments",
+		bearer: d.cfg.UserKey, idemKey: d.key(rt, tag+"-pay"), requestID: d.requestID()}, &tv)
+	out.copies = append(out.copies, open)
+	if open.Status != http.StatusCreated {
+		return sku, o, fmt.Errorf("POST /v1/orders/%s/payments answered %s, want 201", id, answerSummary(open))
+	}
+	return sku, o, d.learnSim(tv.PayURL)
+}
+
+// payDropped has the buyer pay order id's trade at the simulator while every notification is
+// dropped, holding simGate alone from the fault to its clearing. It returns the buyer's
+// answer and, when the channel took the payment, its notification, which never reached
+// oncepay; a payment the channel refused (a closed trade, I12) is no error, and has none.
+func (d *drill) payDropped(ctx context.Context, t0 time.Time, id string, out *outcome) (copyRecord, []byte, error) {
 	d.simGate.Lock()
 	defer d.simGate.Unlock()
 	if err := d.setFaults(ctx, t0, "fault: drop_notifications=1", simFaults{DropNotifications: 1}, out); err != nil {
-		return sku, o, nil, err
+		return copyRecord{}, nil, err
 	}
 	defer d.clearFaults(ctx, t0, "drop fault cleared ({})", out)
 	pay := d.c.fireHTTP(ctx, t0, "the buyer pays at the channel", d.simCall(http.MethodPost, "/sim/trades/"+url.PathEscape(id)+"/pay", nil), nil)
 	out.copies = append(out.copies, pay)
-	if pay.Status != http.StatusOK {
-		return sku, o, nil, fmt.Errorf("POST /sim/trades/%s/pay answered %s, want 200", id, answerSummary(pay))
+	if pay.Error != "" || pay.Status != http.StatusOK {
+		return pay, nil, nil
 	}
 	// The notification is sent, and dropped, at once; wait until the simulator shows it.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		trade, err := d.simTradeOf(ctx, id)
 		if err != nil {
-			return sku, o, nil, err
+			return pay, nil, err
 		}
 		if body := trade.droppedBody(); body != nil {
-			return sku, o, body, nil
+			return pay, body, nil
 		}
 		if time.Now().After(deadline) {
-			return sku, o, nil, fmt.Errorf("the simulator shows no dropped notification for trade %s 5s after it was paid", id)
+			return pay, nil, fmt.Errorf("the simulator shows no dropped notification for trade %s 5s after it was paid", id)
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return sku, o, nil, err
+			return pay, nil, err
 		}
 	}
 }

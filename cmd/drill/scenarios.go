@@ -51,6 +51,15 @@ type routes struct {
 	// closeExpired closes one expired order without asking the channel (the lab's I9); nil
 	// for oncepay, whose close is the job that asks first.
 	closeExpired func(orderID string) string
+	// cancelOrder is where I12 cancels an order with an Idempotency-Key: oncepay's POST
+	// /v1/orders/{order_id}/cancel, which closes the trade at the channel only once the guard
+	// has claimed the key, or the lab's cancel, which closes it before it asks about the key.
+	cancelOrder func(orderID string) string
+	// purgedNotify is I13's payment route: the order is paid through it, and the order's own
+	// report is redelivered to it after the purge of every dedup record. oncepay's is
+	// /v1/payments/notify; the lab's is fenced by its dedup row alone and refunds what it
+	// cannot apply.
+	purgedNotify string
 }
 
 // oncepayRoutes are the contract's routes.
@@ -67,6 +76,8 @@ var oncepayRoutes = routes{
 	flashOrders:      "/v1/orders",
 	pausedNotify:     "/lab/guarded/payments/notify-after-pause",
 	refundOrder:      func(id string) string { return "/v1/orders/" + id + "/refunds" },
+	cancelOrder:      func(id string) string { return "/v1/orders/" + id + "/cancel" },
+	purgedNotify:     "/v1/payments/notify",
 }
 
 // labProbePath must answer non-404 (an index of the lab, say) when the server runs with
@@ -109,6 +120,15 @@ const labProbePath = "/lab/"
 //     (I8): with timeout_after_apply the channel applies both.
 //   - POST /lab/orders/{order_id}/close-expired: admin bearer; closes the order if it is
 //     PENDING_PAYMENT and expired, returning its stock, without asking the channel (I9).
+//   - POST /lab/orders/{order_id}/cancel: the user's bearer and an Idempotency-Key; closes the
+//     order's trade at the channel FIRST, then runs oncepay's own idempotency check (the same
+//     rules: the key reused on another order's cancel is 422 idempotency_key_reused) and the
+//     cancel: the refused cancel has already closed the trade (I12).
+//   - POST /lab/payments/notify-purged: the body and X-Signature of /v1/payments/notify; a
+//     dedup row keyed by channel + trade_no (which the purge job removes) in front of the
+//     conditional payment; a report for an order that is not PENDING_PAYMENT is taken for a
+//     payment after close and refunded at once, in full, under a NEW out_refund_no, and the
+//     answer (200 success) says what was asked of the channel in refund_asked (I13).
 //
 // The lab writes the same orders, stock and balances that /v1 reads.
 var labRoutes = routes{
@@ -126,6 +146,8 @@ var labRoutes = routes{
 	pausedNotify:     "/lab/payments/notify-after-pause",
 	refundOrder:      func(id string) string { return "/lab/orders/" + id + "/refunds" },
 	closeExpired:     func(id string) string { return "/lab/orders/" + id + "/close-expired" },
+	cancelOrder:      func(id string) string { return "/lab/orders/" + id + "/cancel" },
+	purgedNotify:     "/lab/payments/notify-purged",
 }
 
 // scenario is one drill. run fires the copies and judges the effect; lab says whether the
@@ -138,8 +160,8 @@ type scenario struct {
 	// lab run closes its one order by id instead.
 	closeJob closeMode
 	// purgeSensitive says the run's duplicates of a create are answered from the first one's
-	// stored result: I6's purge of every dedup row must not land in the middle of it (a
-	// duplicate one-time token whose row is gone is answered token_invalid, I7).
+	// stored result: I6's and I13's purges of every dedup row must not land in the middle of
+	// it (a duplicate one-time token whose row is gone is answered token_invalid, I7).
 	purgeSensitive bool
 	// pays says the oncepay run has oncepay apply a payment, which ONCEPAY_CHAOS_PAYMENT_DELAY
 	// slows inside its database transaction (see config.Payments). No lab run does: the lab's
@@ -196,6 +218,11 @@ var catalog = []scenario{
 	// alone while its fault is on. I9's oncepay run calls the close job once its order expired.
 	{id: "I8", name: "refund call times out", lab: true, pays: true, run: (*drill).refundTimeout},
 	{id: "I9", name: "lost notification, then close", lab: true, closeJob: closeAfterOthers, pays: true, run: (*drill).lostNotification},
+	// I12 and I13 open their order's trade and have the buyer pay it at the simulator, as I8
+	// does. I12 holds purgeGate shared from its key's first use to the refused reuse; I13
+	// purges every dedup record, holding purgeGate alone like I6.
+	{id: "I12", name: "side effect before the key", lab: true, pays: true, run: (*drill).sideEffectBeforeKey},
+	{id: "I13", name: "purged fence on a money path", lab: true, pays: true, run: (*drill).purgedFence},
 }
 
 // scenarioIDs returns the distinct scenario ids in catalog order.
@@ -549,19 +576,9 @@ func (d *drill) purgeThenRedeliver(ctx context.Context, rt routes) (outcome, err
 	if err != nil {
 		return out, err
 	}
-	var purge struct {
-		Purged int64 `json:"purged"`
-	}
-	purgeCall := call{method: http.MethodPost, path: "/v1/admin/jobs/purge-dedup-records/run", bearer: d.cfg.AdminKey,
-		body: []byte(`{"older_than":"0s"}`), requestID: d.requestID()}
-	d.purgeGate.Lock() // wait for the runs that answer duplicates from their dedup rows
-	_, err = d.c.expect(ctx, purgeCall, http.StatusOK, &purge)
-	d.purgeGate.Unlock()
+	purged, err := d.purgeDedupRecords(ctx, &out)
 	if err != nil {
 		return out, err
-	}
-	if purge.Purged == 0 {
-		out.notef("the purge removed no dedup rows, so the redelivery may have met the row it was meant to miss")
 	}
 	shots := []shot{
 		d.notifyShot(0, "channel redelivery", rt.redeliveryNotify, p.body),
@@ -585,8 +602,27 @@ func (d *drill) purgeThenRedeliver(ctx context.Context, rt routes) (outcome, err
 	checkPaidOnce(&out.findings, w, final, after.since(p.before), p.tradeNo)
 	out.expected = fmt.Sprintf("still PAID at %s; stock unchanged by the redelivery", p.order.PaidAt)
 	out.observed = fmt.Sprintf("%s at %s; stock %s since the first payment", final.Status, final.PaidAt, after.since(p.stock))
-	out.held = joinNonEmpty(fmt.Sprintf("still PAID once after purging %d dedup rows, sold unchanged", purge.Purged), stoppedSummary(redelivered))
+	out.held = joinNonEmpty(fmt.Sprintf("still PAID once after purging %d dedup rows, sold unchanged", purged), stoppedSummary(redelivered))
 	return out, nil
+}
+
+// purgeDedupRecords runs the purge job on every dedup record (older_than 0s), as I6 and I13
+// do, holding purgeGate alone for the one call: it waits for the runs whose duplicates are
+// answered from their records (purgeSensitive), and for I12 between its key's first use and
+// its reuse. It returns how many records went, noting in out when none did.
+func (d *drill) purgeDedupRecords(ctx context.Context, out *outcome) (int64, error) {
+	var purge struct {
+		Purged int64 `json:"purged"`
+	}
+	purgeCall := call{method: http.MethodPost, path: "/v1/admin/jobs/purge-dedup-records/run", bearer: d.cfg.AdminKey,
+		body: []byte(`{"older_than":"0s"}`), requestID: d.requestID()}
+	d.purgeGate.Lock()
+	_, err := d.c.expect(ctx, purgeCall, http.StatusOK, &purge)
+	d.purgeGate.Unlock()
+	if err == nil && purge.Purged == 0 {
+		out.notef("the purge removed no dedup rows, so the redelivery may have met the row it was meant to miss")
+	}
+	return purge.Purged, err
 }
 
 // doubleClick is I7: an order form submitted twice with its one-time token, first one after

@@ -47,6 +47,10 @@ type Lab struct {
 	// (I10): a short lease that nothing renews. It is the one part of the lab that is right;
 	// see payGuardedAfterPause.
 	guarded *idemhttp.Adapter
+	// keyed is oncepay's own idempotency guard with the real routes' settings, for the replica
+	// whose bug is not the key check but what it does before it (I12). Its keys are the lab's
+	// own (labKeyBizType), so they never answer for oncepay's, nor oncepay's for them.
+	keyed *idemhttp.Adapter
 	// ChannelURL is the payment channel's base URL for the outbound replicas (I8); when it is
 	// empty, they take it from the pay_url of the order's trade (see channelURL).
 	ChannelURL string
@@ -68,6 +72,13 @@ func New(db *gorm.DB, rdb redis.UniversalClient, redisPrefix string, gen *ids.Ge
 		NewID:      gen.Next,
 		RequestID:  requestid.From,
 	}))
+	l.keyed = idemhttp.New(idempotent.New(db, rdb, idempotent.Config{
+		KeyPrefix: l.prefix,
+		Classify:  database.Classify,
+		Reject:    idemhttp.StoredProblem,
+		NewID:     gen.Next,
+		RequestID: requestid.From,
+	}))
 	return l
 }
 
@@ -88,6 +99,8 @@ func (l *Lab) Routes(requireUser, requireAdmin func(http.Handler) http.Handler) 
 	r.With(l.signed("trade")).Post("/guarded/payments/notify-after-pause", l.payGuardedAfterPause)
 	r.With(requireUser).Post("/orders/{order_id}/refunds", l.refundNewNumberOnTimeout)
 	r.With(requireAdmin).Post("/orders/{order_id}/close-expired", l.closeExpiredWithoutAsking)
+	r.With(requireUser).Post("/orders/{order_id}/cancel", l.cancelChannelFirst)
+	r.With(l.signed("trade")).Post("/payments/notify-purged", l.refundWhatCannotApply)
 	return r
 }
 
@@ -117,6 +130,10 @@ func (l *Lab) index(w http.ResponseWriter, _ *http.Request) {
 				"nothing is committed before the call, so the channel, which applied the first, refunds twice",
 			"POST /lab/orders/{order_id}/close-expired": "I9: closes an expired PENDING_PAYMENT order and returns its stock without asking the channel, " +
 				"so a payment whose notifications were lost is stuck at the channel while the order is CLOSED",
+			"POST /lab/orders/{order_id}/cancel": "I12: closes the order's trade at the channel FIRST, then asks oncepay's own guard about the Idempotency-Key; " +
+				"a cancel refused there (422 key reused, 409 in flight, 400 foreign token) has already made the order unpayable",
+			"POST /lab/payments/notify-purged": "I13: a payment report whose only fence is a dedup row the purge removes; a report for an order that is not " +
+				"PENDING_PAYMENT is taken for a payment after close and refunded at once in full under a NEW out_refund_no",
 		},
 	})
 }

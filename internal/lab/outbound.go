@@ -33,10 +33,13 @@ const naiveRefundTimeout = time.Second
 // naiveRefundAttempts is how many times the naive refund tries, each time under a NEW number.
 const naiveRefundAttempts = 2
 
-// naiveRefundAttempt is one call of the naive refund, as the lab reports it.
+// naiveRefundAttempt is one call of the naive refund, as the lab reports it: the number it
+// sent, and the channel's status and problem code (refund_exceeds, say), or why it got none.
 type naiveRefundAttempt struct {
 	OutRefundNo string `json:"out_refund_no"`
+	Amount      int64  `json:"amount,omitempty"`
 	Status      int    `json:"status,omitempty"`
+	Code        string `json:"code,omitempty"`
 	Error       string `json:"error,omitempty"`
 }
 
@@ -82,7 +85,9 @@ func (l *Lab) refundNewNumberOnTimeout(w http.ResponseWriter, r *http.Request) {
 		// refund row before the first call and reuses it on every retry.
 		a := naiveRefundAttempt{OutRefundNo: "LAB-RF-" + ids.Format(l.ids.Next())}
 		body, _ := json.Marshal(map[string]any{"out_refund_no": a.OutRefundNo, "out_trade_no": ids.Format(id), "amount": req.Amount})
-		a.Status, err = l.callChannel(ctx, base+"/channel/v1/refunds", body)
+		var ans channelAnswer
+		ans, err = l.callChannel(ctx, base+"/channel/v1/refunds", body)
+		a.Status, a.Code = ans.Status, ans.Code
 		if err != nil {
 			a.Error = err.Error()
 		}
@@ -96,24 +101,41 @@ func (l *Lab) refundNewNumberOnTimeout(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusGatewayTimeout, map[string]any{"refunded": false, "attempts": attempts})
 }
 
-// callChannel posts a signed body to the channel with the naive refund's short timeout and
-// returns the status; a timeout is an error.
-func (l *Lab) callChannel(ctx context.Context, target string, body []byte) (int, error) {
+// channelAnswer is what the channel answered one call of the lab: its status and, for an
+// error, the problem code (trade_closed, refund_exceeds, …).
+type channelAnswer struct {
+	Status int
+	Code   string
+}
+
+// callChannel posts a body (nil for none) to the channel, signed as the channel API wants
+// (X-Signature: the HMAC-SHA256 of the body), with the naive refund's short timeout, and
+// returns the answer; a timeout is an error.
+func (l *Lab) callChannel(ctx context.Context, target string, body []byte) (channelAnswer, error) {
 	ctx, cancel := context.WithTimeout(ctx, naiveRefundTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return channelAnswer{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(web.HeaderSignature, web.Sign(l.secret, body))
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return channelAnswer{}, err
 	}
 	defer res.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 1<<16))
-	return res.StatusCode, nil
+	raw, _ := io.ReadAll(io.LimitReader(res.Body, 1<<16))
+	ans := channelAnswer{Status: res.StatusCode}
+	if ans.Status >= 400 {
+		var p struct {
+			Code string `json:"code"`
+		}
+		if json.Unmarshal(raw, &p) == nil {
+			ans.Code = p.Code
+		}
+	}
+	return ans, nil
 }
 
 // channelURL is the channel's base URL: ChannelURL when the app set it, otherwise the scheme
