@@ -43,13 +43,13 @@ func TestBanner(t *testing.T) {
 		admin, secret string
 		showsKeys     bool
 		// addr and base are where the server listens by default and the banner's URL: loopback
-		// only while the secrets are the public dev-* defaults, every interface otherwise.
+		// while either secret is its public dev-* default, every interface once both are real.
 		addr, base string
 	}{
 		{name: "dev defaults", admin: config.DevAdminKey, secret: config.DevChannelSecret, showsKeys: true,
 			addr: "127.0.0.1:8080", base: "http://127.0.0.1:8080"},
-		{name: "admin key configured", admin: testAdminKey, secret: config.DevChannelSecret, addr: ":8080", base: "http://localhost:8080"},
-		{name: "channel secret configured", admin: config.DevAdminKey, secret: testChannelSecret, addr: ":8080", base: "http://localhost:8080"},
+		{name: "admin key configured", admin: testAdminKey, secret: config.DevChannelSecret, addr: "127.0.0.1:8080", base: "http://127.0.0.1:8080"},
+		{name: "channel secret configured", admin: config.DevAdminKey, secret: testChannelSecret, addr: "127.0.0.1:8080", base: "http://127.0.0.1:8080"},
 		{name: "both configured", admin: testAdminKey, secret: testChannelSecret, addr: ":8080", base: "http://localhost:8080"},
 	}
 	for _, tt := range tests {

@@ -38,8 +38,9 @@ const MaxAmount = 10_000_000_000
 
 // Errors of the recharge routes.
 var (
-	// ErrAmountMismatch answers a notification whose amount differs from the recharge's. It
-	// is a deterministic 4xx, so the idempotency layer stores it and replays it to copies.
+	// ErrAmountMismatch answers a report whose amount differs from the recharge's. It is
+	// refused and stores nothing under the report's key, so that the channel's corrected
+	// report still credits; the amount is kept as an anomaly.
 	ErrAmountMismatch = apperr.New(http.StatusBadRequest, "amount_mismatch", "the notified amount differs from the recharge's amount")
 	// ErrRechargeNotFound is an unknown or malformed recharge id, or another user's recharge.
 	ErrRechargeNotFound = apperr.ErrNotFound.Withf("no such recharge")

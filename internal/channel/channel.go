@@ -66,7 +66,8 @@ const (
 type Config struct {
 	// BaseURL is the channel's base URL, such as http://127.0.0.1:18090.
 	BaseURL string
-	// Secret signs every request body (ONCEPAY_CHANNEL_SECRET).
+	// Secret signs every request body: the channel's own secret (ONCEPAY_CHANNEL_SECRET_<NAME>,
+	// or ONCEPAY_CHANNEL_SECRET).
 	Secret string
 	// Timeout bounds each attempt; default 5s.
 	Timeout time.Duration

@@ -5,8 +5,10 @@
 // time out although applied; writes refused before they apply) can be switched on to drill
 // the incidents CONTRACT.md and INCIDENTS.md describe.
 //
-// The package depends on nothing of oncepay, so that the simulator stays an independent
-// party: it signs and verifies with its own HMAC-SHA256 code.
+// The package depends on nothing of oncepay's service, so that the simulator stays an
+// independent party: it verifies oncepay's requests with its own HMAC-SHA256 code, and signs
+// its reports with internal/platform/reportsig, the one implementation of the report
+// signature that both sides of that interface agree on.
 package channelsim
 
 import (

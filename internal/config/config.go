@@ -65,7 +65,8 @@ type Config struct {
 	KafkaBrokers []string
 	// EmbeddedKafkaAddr is where the embedded Kafka broker listens when KafkaBrokers is empty.
 	EmbeddedKafkaAddr string
-	// ChannelSecret is the HMAC-SHA256 key that payment channels sign notifications with.
+	// ChannelSecret is the HMAC-SHA256 key of ONCEPAY_CHANNEL_SECRET: the secret of every
+	// channel that has no ONCEPAY_CHANNEL_SECRET_<NAME> of its own (see Channels).
 	ChannelSecret string
 	// AdminKey is the bearer key for /v1/admin/*.
 	AdminKey string
@@ -244,10 +245,10 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	c.EmbeddedKafkaAddr = get("ONCEPAY_EMBEDDED_KAFKA_ADDR", "127.0.0.1:19092")
 	c.ChannelSecret = get("ONCEPAY_CHANNEL_SECRET", DevChannelSecret)
 	c.AdminKey = get("ONCEPAY_ADMIN_KEY", DevAdminKey)
-	// While the secrets are the public dev-* defaults, the server listens on loopback only:
-	// anyone who can reach it could sign reports and use the admin routes.
+	// While either secret is its public dev-* default, the server listens on loopback only:
+	// anyone who can reach it could sign reports or use the admin routes.
 	defaultAddr := ":8080"
-	if c.DevSecrets() {
+	if c.ChannelSecret == DevChannelSecret || c.AdminKey == DevAdminKey {
 		defaultAddr = "127.0.0.1:8080"
 	}
 	c.HTTPAddr = get("ONCEPAY_HTTP_ADDR", defaultAddr)

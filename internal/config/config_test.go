@@ -696,12 +696,18 @@ func TestLogValueChannels(t *testing.T) {
 	}
 }
 
-// TestHTTPAddrLoopbackWithDevSecrets checks that the server listens on loopback while the
-// public dev-* secrets are in use, and on every interface once both are real.
+// TestHTTPAddrLoopbackWithDevSecrets checks that the server listens on loopback while either
+// public dev-* secret is in use, and on every interface once both are real.
 func TestHTTPAddrLoopbackWithDevSecrets(t *testing.T) {
 	dev, _ := config.LoadFrom(env(nil))
 	if dev.HTTPAddr != "127.0.0.1:8080" {
 		t.Errorf("HTTPAddr with dev secrets = %q, want 127.0.0.1:8080", dev.HTTPAddr)
+	}
+	for name, v := range realSecrets {
+		half, _ := config.LoadFrom(env(map[string]string{name: v}))
+		if half.HTTPAddr != "127.0.0.1:8080" {
+			t.Errorf("HTTPAddr with only %s set = %q, want loopback: the other secret is still public", name, half.HTTPAddr)
+		}
 	}
 	real, err := config.LoadFrom(env(realSecrets))
 	if err != nil {

@@ -8,7 +8,7 @@
 //
 //	?user_id=<id>&key=<Idempotency-Key>          a client's key (scope user:<id>)
 //	?biz_type=<type>&biz_key=<key>[&scope=<s>]   any record, e.g. a payment notification:
-//	                                             biz_type=payment.notify, biz_key=<trade_no>,
+//	                                             biz_type=channel.trade, biz_key=<trade_no>,
 //	                                             scope=channel:<channel>
 //
 // Without scope, the biz selector must match exactly one record.

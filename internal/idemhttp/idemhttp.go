@@ -215,9 +215,7 @@ func Write(w http.ResponseWriter, r *http.Request, res idempotent.Result, err er
 	h := w.Header()
 	if err != nil {
 		outcome := res.Outcome
-		if e, ok := apperr.As(err); outcome == "" && ok && e.Status >= 400 && e.Status < 500 {
-			outcome = idempotent.Rejected // a refusal of the work, stored for no one
-		} else if outcome == "" {
+		if outcome == "" {
 			outcome = idempotent.Failed
 		}
 		h.Set(HeaderOutcome, string(outcome))

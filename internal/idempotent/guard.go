@@ -167,6 +167,11 @@ type Request struct {
 	Via string
 	// Reject overrides Config.Reject for this request.
 	Reject func(ctx context.Context, err error) (Response, bool)
+	// Refused, when set, tells a refusal of the work that must not be stored — a channel
+	// report with an amount that does not match, so that the corrected copy still applies —
+	// from a failure: such an attempt ends Rejected, not Failed, in its answer and its attempt
+	// log. Nothing is stored either way.
+	Refused func(err error) bool
 	// Before, when set, is the part of the work that must run outside the transaction — a
 	// call to another system, such as closing a trade at the payment channel before a cancel
 	// — and after the key is claimed, under its lease (I12: a side effect before the key). It
@@ -397,6 +402,9 @@ func (g *Guard) refused(ctx context.Context, req Request, err error) (Result, er
 	}
 	if resp, ok := g.reject(ctx, req, err); ok {
 		return g.storeRejection(ctx, req, resp, err)
+	}
+	if req.Refused != nil && req.Refused(err) {
+		return Result{Outcome: Rejected, Layer: LayerWork}, err
 	}
 	return Result{}, err
 }

@@ -26,7 +26,9 @@ const (
 	// (missing or malformed key, unreadable body), or by a work whose refusals are not stored
 	// (a channel report with an amount that does not match): a corrected copy runs.
 	Rejected Outcome = "rejected"
-	// Unavailable: Redis is down and ONCEPAY_REDIS_FAILURE_MODE=reject.
+	// Unavailable: Redis is down and the guard rejects without it (Config.RejectWithoutRedis),
+	// or the request has work outside its transaction (Request.Before), which must run under
+	// a lease that Redis cannot give now.
 	Unavailable Outcome = "unavailable"
 	// Failed: the attempt failed before it could answer (a database error, a lost lock);
 	// it was rolled back, nothing was stored, and a retry runs again.

@@ -113,7 +113,7 @@ func (p *Port) deliver(ctx context.Context, r Report, via string, run runner) (i
 	if !ok {
 		return idempotent.Result{}, 0, fmt.Errorf("notify: no applier for %s reports", r.Kind)
 	}
-	req := idempotent.Request{Key: r.Key(), Fingerprint: r.Fingerprint(), Via: via, Reject: storeNoRefusal}
+	req := idempotent.Request{Key: r.Key(), Fingerprint: r.Fingerprint(), Via: via, Reject: storeNoRefusal, Refused: isRefusal}
 	var outcome Outcome
 	res, err := run(ctx, req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		if r.Ends() {
@@ -138,6 +138,12 @@ func (p *Port) deliver(ctx context.Context, r Report, via string, run runner) (i
 // names is visible, still applies.
 func storeNoRefusal(context.Context, error) (idempotent.Response, bool) {
 	return idempotent.Response{}, false
+}
+
+// isRefusal reports whether err is a Refusal of a report's work.
+func isRefusal(err error) bool {
+	var refused *Refusal
+	return errors.As(err, &refused)
 }
 
 // explain completes the guard's error for r: a refusal's anomaly is recorded, on its own
