@@ -73,8 +73,12 @@ func TestCheckProbesARunningSimulator(t *testing.T) {
 		t.Fatal("-check succeeded where nothing listens")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = run(ctx, []string{"-addr", addr, "-data-dir", t.TempDir()}, env, io.Discard) }()
+	dir, served := t.TempDir(), make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = run(ctx, []string{"-addr", addr, "-data-dir", dir}, env, io.Discard)
+	}()
+	defer func() { cancel(); <-served }() // the state file is saved before the dir goes
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		err := run(context.Background(), []string{"-addr", addr, "-check"}, env, io.Discard)
