@@ -17,7 +17,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 )
 
 // env is what every variant shares: the bench database, the Redis client, the key prefix

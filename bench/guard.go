@@ -9,7 +9,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 )
 
 // The headers of oncepay's HTTP contract (internal/idemhttp), spelled here so that the bench
@@ -67,26 +67,27 @@ func guardHandler(g *idempotent.Guard, o *orders) http.Handler {
 	return guardHandlerWith(g, o, false)
 }
 
-// guardHandlerWith is guardHandler; with last, the hot stock UPDATE runs in Request.Last,
-// after the dedup record and right before the commit, as oncepay's POST /v1/orders does.
+// guardHandlerWith is guardHandler; with last, the work writes the dedup record before the
+// hot stock UPDATE, right before the commit, as oncepay's POST /v1/orders does.
 func guardHandlerWith(g *idempotent.Guard, o *orders, last bool) http.Handler {
-	work := func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	work := idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		body, err := o.place(tx)
 		if err != nil {
 			return idempotent.Response{}, err
 		}
 		return jsonResponse(http.StatusCreated, body), nil
-	}
-	var hot func(context.Context, *gorm.DB) error
+	})
 	if last {
-		work = func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		work = func(_ context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
 			body, err := o.open(tx)
 			if err != nil {
-				return idempotent.Response{}, err
+				return err
 			}
-			return jsonResponse(http.StatusCreated, body), nil
+			if err := record(jsonResponse(http.StatusCreated, body)); err != nil {
+				return err
+			}
+			return o.take(tx)
 		}
-		hot = func(_ context.Context, tx *gorm.DB) error { return o.take(tx) }
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(headerKey)
@@ -102,7 +103,6 @@ func guardHandlerWith(g *idempotent.Guard, o *orders, last bool) http.Handler {
 		req := idempotent.Request{
 			Key:         idempotent.Key{Scope: "user:1", BizType: "bench", BizKey: key},
 			Fingerprint: idempotent.Fingerprint(r.Method, "/orders", body),
-			Last:        hot,
 		}
 		res, err := g.Do(r.Context(), req, work)
 		writeResult(w, res, err)

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 )
 
 // stormDeadline is how fast every copy of a storm must be answered.

@@ -9,7 +9,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 )
 
 // variant is one HTTP server put under load.
@@ -70,7 +70,7 @@ func guardVariant(name string, cfg idempotent.Config) variant {
 }
 
 // guardLastVariant is guardVariant with the hot stock UPDATE after the dedup record
-// (Request.Last).
+// (the work places its record before the hot row).
 func guardLastVariant(name string, cfg idempotent.Config) variant {
 	return variant{name: name, baseline: "bare", start: func(_ context.Context, e *env) (target, func(), error) {
 		url, stop, err := serveHTTP(benchMux(guardHandlerWith(e.newGuard(name, cfg), e.orders, true)))

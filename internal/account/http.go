@@ -8,8 +8,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -106,13 +106,13 @@ func (h *Handler) createRecharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	userID, _ := web.UserID(r.Context())
-	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	_, _ = h.idem.Do(w, r, key, body, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		rc, err := h.recharges.Create(ctx, tx, userID, *req.Amount)
 		if err != nil {
 			return idempotent.Response{}, err
 		}
 		return idemhttp.JSON(http.StatusCreated, rechargeView(rc), "Location", "/v1/recharges/"+ids.Format(rc.ID)), nil
-	})
+	}))
 }
 
 // getRecharge serves GET /v1/recharges/{recharge_id}. An unknown, malformed or another

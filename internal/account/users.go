@@ -5,7 +5,7 @@
 //
 // Recharges are where incident I2 happened: two concurrent channel callbacks both read
 // "pending" and credited one top-up twice. Recharges.Notify is the defense, in layers: the
-// idempotency record on channel + trade_no (internal/idempotent), the conditional UPDATE
+// idempotency record on channel + trade_no (idempotent), the conditional UPDATE
 // PENDING → SUCCEEDED whose rows affected decides, and the ledger's unique (biz_type, biz_id),
 // with the Redis lock in front as a fast path. docs/recharge-strategies.md measures the
 // alternatives the articles rank and says why this combination.

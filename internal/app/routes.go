@@ -23,7 +23,7 @@ import (
 
 // routes is oncepay's URL map, in one place. Every write route states how it is idempotent:
 // naturally (absolute values), conditionally (state preconditions) or forced (an
-// Idempotency-Key or a business key through internal/idempotent).
+// Idempotency-Key or a business key through idempotent).
 func (a *App) routes(metrics *web.Metrics) http.Handler {
 	r := chi.NewRouter()
 	// Every GET answers HEAD too (load balancers probe /healthz with HEAD): chi's GetHead

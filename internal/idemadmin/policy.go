@@ -3,8 +3,8 @@ package idemadmin
 import (
 	"time"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 )
 
 // Specification is the IETF draft the policy follows.

@@ -1,4 +1,4 @@
-// Package idemhttp is oncepay's HTTP adapter of internal/idempotent: it reads the
+// Package idemhttp is oncepay's HTTP adapter of idempotent: it reads the
 // Idempotency-Key header, runs a decoded and validated request's work through the guard,
 // and writes the answer with the contract's headers (Idempotency-Outcome,
 // Idempotent-Replayed, Retry-After) and problem codes. The guard sees the work's error
@@ -25,9 +25,7 @@ import (
 	"strings"
 	"time"
 
-	"gorm.io/gorm"
-
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -124,15 +122,7 @@ func (a *Adapter) Guard() *idempotent.Guard { return a.guard }
 // refused (422). A business refusal the work returns as an error (out_of_stock,
 // illegal_state) is stored and replayed like a success; an unexpected error stores nothing.
 func (a *Adapter) Do(w http.ResponseWriter, r *http.Request, key idempotent.Key, body []byte, work idempotent.Work) (idempotent.Result, error) {
-	return a.DoLast(w, r, key, body, work, nil)
-}
-
-// DoLast is Do with the work's contended writes split off into last, which runs after the
-// dedup record is written, right before the commit (idempotent.Request.Last).
-func (a *Adapter) DoLast(w http.ResponseWriter, r *http.Request, key idempotent.Key, body []byte, work idempotent.Work, last func(context.Context, *gorm.DB) error) (idempotent.Result, error) {
-	req := Request(r, key, body)
-	req.Last = last
-	return a.Run(w, r, req, work)
+	return a.Run(w, r, Request(r, key, body), work)
 }
 
 // Run runs req — built with Request, and given its phases (Before, After, Last) — through

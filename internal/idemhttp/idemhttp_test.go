@@ -20,8 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
@@ -124,7 +124,7 @@ func (h *things) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	_, _ = h.idem.Do(w, r, key, body, func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	_, _ = h.idem.Do(w, r, key, body, idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		id, err := insertEffect(tx, "thing")
 		if err != nil {
 			return idempotent.Response{}, err
@@ -151,7 +151,7 @@ func (h *things) create(w http.ResponseWriter, r *http.Request) {
 		}
 		return idemhttp.JSON(http.StatusCreated, map[string]any{"id": id, "name": in.Name},
 			"Location", "/v1/things/"+strconv.FormatInt(id, 10)), nil
-	})
+	}))
 }
 
 // cancel serves POST /v1/things/{id}/cancel: one side_effects row "cancel", 200.
@@ -167,12 +167,12 @@ func (h *things) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	thing := chi.URLParam(r, "id")
-	_, _ = h.idem.Do(w, r, key, body, func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	_, _ = h.idem.Do(w, r, key, body, idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		if _, err := insertEffect(tx, "cancel"); err != nil {
 			return idempotent.Response{}, err
 		}
 		return idemhttp.JSON(http.StatusOK, map[string]string{"thing": thing, "status": "CANCELLED"}), nil
-	})
+	}))
 }
 
 // httpEnv is a real chi router with the adapter, behind web.RequestID and web.RequireUser,

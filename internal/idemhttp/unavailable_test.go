@@ -11,8 +11,8 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -40,10 +40,10 @@ func TestDatabaseDownIsNotStored(t *testing.T) {
 	}
 
 	runs := 0
-	down := post(func(context.Context, *gorm.DB) (idempotent.Response, error) {
+	down := post(idempotent.Respond(func(context.Context, *gorm.DB) (idempotent.Response, error) {
 		runs++
 		return idempotent.Response{}, fmt.Errorf("insert thing: %w", gomysql.ErrInvalidConn)
-	})
+	}))
 	if down.StatusCode != http.StatusServiceUnavailable || down.Header.Get("Retry-After") == "" {
 		t.Fatalf("database down: %d Retry-After %q, want 503 with Retry-After", down.StatusCode, down.Header.Get("Retry-After"))
 	}
@@ -54,10 +54,10 @@ func TestDatabaseDownIsNotStored(t *testing.T) {
 		t.Fatalf("after the 503 the key's record: found=%v err=%v, want none", found, err)
 	}
 
-	back := post(func(context.Context, *gorm.DB) (idempotent.Response, error) {
+	back := post(idempotent.Respond(func(context.Context, *gorm.DB) (idempotent.Response, error) {
 		runs++
 		return idemhttp.JSON(http.StatusCreated, map[string]string{"name": "x"}), nil
-	})
+	}))
 	if back.StatusCode != http.StatusCreated || back.Header.Get(idemhttp.HeaderOutcome) != string(idempotent.Executed) || runs != 2 {
 		t.Errorf("database back: %d %s after %d runs, want 201 executed after 2", back.StatusCode, back.Header.Get(idemhttp.HeaderOutcome), runs)
 	}

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 )
 

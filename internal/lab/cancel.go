@@ -9,8 +9,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -64,13 +64,13 @@ func (l *Lab) cancelChannelFirst(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// … and only then the key. The guard may refuse this request now; the trade stays closed.
-	_, _ = l.keyed.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	_, _ = l.keyed.Do(w, r, key, body, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		o, err := l.orders.Cancel(ctx, tx, userID, id)
 		if err != nil {
 			return idempotent.Response{}, err
 		}
 		return idemhttp.JSON(http.StatusOK, order.ViewOf(o)), nil
-	})
+	}))
 }
 
 // closeTradeAtChannel closes order id's trade at the channel, if the order has one: POST

@@ -21,8 +21,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
@@ -225,7 +225,7 @@ func (l *Lab) createOrderDedupAfter(w http.ResponseWriter, r *http.Request) {
 	userID, _ := web.UserID(r.Context())
 	var o order.Order
 	err := l.write(r.Context(), func(tx *gorm.DB) (err error) { // business first, committed …
-		o, err = l.orders.Create(r.Context(), tx, userID, lines)
+		o, err = l.orders.Create(r.Context(), tx, userID, lines, nil)
 		return err
 	})
 	if err != nil {

@@ -48,7 +48,7 @@ func (l *Lab) createOrderEverySubmit(w http.ResponseWriter, r *http.Request) {
 	var o order.Order
 	err = l.write(ctx, func(db *gorm.DB) error {
 		return db.Transaction(func(tx *gorm.DB) (err error) {
-			o, err = l.orders.Create(ctx, tx, userID, lines)
+			o, err = l.orders.Create(ctx, tx, userID, lines, nil)
 			return err
 		})
 	})

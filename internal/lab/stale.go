@@ -7,8 +7,8 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -103,7 +103,7 @@ func (l *Lab) payGuardedAfterPause(w http.ResponseWriter, r *http.Request) {
 	}
 	key := idempotent.Key{Scope: "channel:" + n.Channel, BizType: "lab.guarded.payment", BizKey: n.TradeNo}
 	r = r.WithContext(context.WithValue(r.Context(), pauseKey{}, pause))
-	_, _ = l.guarded.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	_, _ = l.guarded.Do(w, r, key, body, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		moved, _, err := l.orders.Pay(ctx, tx, id, n.Channel, n.TradeNo)
 		switch {
 		case err != nil:
@@ -112,5 +112,5 @@ func (l *Lab) payGuardedAfterPause(w http.ResponseWriter, r *http.Request) {
 			return idemhttp.JSON(http.StatusOK, success, idemhttp.HeaderOutcome, string(idempotent.StateRejected)), nil
 		}
 		return idemhttp.JSON(http.StatusOK, success), nil
-	})
+	}))
 }

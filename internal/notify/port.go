@@ -9,9 +9,9 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 )
 
 // Outcome says what a report did to the state it is about.
@@ -115,7 +115,7 @@ func (p *Port) deliver(ctx context.Context, r Report, via string, run runner) (i
 	}
 	req := idempotent.Request{Key: r.Key(), Fingerprint: r.Fingerprint(), Via: via, Reject: storeNoRefusal, Refused: isRefusal}
 	var outcome Outcome
-	res, err := run(ctx, req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	res, err := run(ctx, req, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		if r.Ends() {
 			if err := claim(ctx, tx, r); err != nil {
 				return idempotent.Response{}, err
@@ -126,7 +126,7 @@ func (p *Port) deliver(ctx context.Context, r Report, via string, run runner) (i
 			return idempotent.Response{}, err
 		}
 		return success(outcome), nil
-	})
+	}))
 	if res.Outcome != idempotent.Executed {
 		outcome = 0
 	}

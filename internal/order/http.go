@@ -8,8 +8,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -98,8 +98,9 @@ type createRequest struct {
 }
 
 // create is POST /v1/orders, top to bottom: the key, the body decoded and validated (a bad
-// one stores nothing), then one transaction through the guard — the order's new rows, the
-// dedup record, the stock reserved last — and the answer written after the commit.
+// one stores nothing), then one transaction through the guard — Service.Create: the order's
+// new rows, the dedup record, the stock reserved last — and the answer written after the
+// commit. Not enough stock rolls the order back and answers out_of_stock, stored.
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	key, body, err := idemhttp.KeyAndBody(r)
 	if err != nil {
@@ -112,16 +113,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	userID, _ := web.UserID(r.Context())
-	open := func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-		o, err := h.orders.Open(ctx, tx, userID, lines)
-		if err != nil {
-			return idempotent.Response{}, err
-		}
-		return idemhttp.JSON(http.StatusCreated, ViewOf(o), "Location", "/v1/orders/"+ids.Format(o.ID)), nil
-	}
-	// The stock rows are the contended ones: reserved after the dedup record, right before
-	// the commit. Not enough stock rolls the order back and answers out_of_stock, stored.
-	_, _ = h.idem.DoLast(w, r, key, body, open, h.orders.Reserve(lines))
+	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
+		_, err := h.orders.Create(ctx, tx, userID, lines, func(o Order) error {
+			return record(idemhttp.JSON(http.StatusCreated, ViewOf(o), "Location", "/v1/orders/"+ids.Format(o.ID)))
+		})
+		return err
+	})
 }
 
 // decodeCreate decodes and validates the body of POST /v1/orders.
@@ -176,7 +173,7 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 		}
 		return h.trades.BeforeCancel(ctx, userID, id)
 	}
-	_, _ = h.idem.Run(w, r, req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	_, _ = h.idem.Run(w, r, req, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		o, err := h.orders.Cancel(ctx, tx, userID, id)
 		if err != nil {
 			return idempotent.Response{}, err
@@ -185,5 +182,5 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 			return idempotent.Response{}, err
 		}
 		return idemhttp.JSON(http.StatusOK, ViewOf(o)), nil
-	})
+	}))
 }

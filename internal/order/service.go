@@ -67,21 +67,45 @@ func Validate(lines []Line) error {
 	return nil
 }
 
-// Create reserves stock and creates a PENDING_PAYMENT order for userID, with its
-// order.created event, in tx: Open, then Reserve. lines must have passed Validate.
-func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
-	o, err := s.Open(ctx, tx, userID, lines)
+// Create is the whole transaction of placing an order for userID, in tx (the guard's), in the
+// order it runs — lines must have passed Validate:
+//
+//  1. the prices, a plain read;
+//  2. the order's new rows in one round trip: the order, its items, its order.created event
+//     and its stock movements, whose unique key stops a second reservation for the order (I1);
+//  3. the dedup record of the request, written by record — before any hot row is locked, so
+//     that a duplicate is refused without waiting on one (I3; nil writes none: the lab);
+//  4. last, the contended stock rows: the conditional UPDATEs available − q, reserved + q,
+//     held for one round trip before the commit. Not enough stock is ErrOutOfStock and rolls
+//     everything back.
+func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines []Line, record func(Order) error) (Order, error) {
+	o, err := s.priced(ctx, tx, userID, lines)
 	if err != nil {
 		return Order{}, err
 	}
-	return o, s.Reserve(lines)(ctx, tx)
+	if err := s.insertNew(ctx, tx, o, lines); err != nil {
+		return Order{}, err
+	}
+	if record != nil {
+		if err := record(o); err != nil {
+			return Order{}, err
+		}
+	}
+	return o, s.stock.Move(ctx, tx, inventory.Reserve, lines)
 }
 
-// Open writes the new rows of an order in tx, in one round trip after a plain read of the
-// prices: the order, its items, its order.created event and its stock movements (whose
-// unique key stops a second reservation for the order, I1). The stock itself is not touched:
-// Reserve does that, last. lines must have passed Validate.
+// Open writes the new rows of an order in tx — steps 1 and 2 of Create — and touches no
+// stock: for the lab's replica that reserves stock its own (wrong) way.
 func (s *Service) Open(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
+	o, err := s.priced(ctx, tx, userID, lines)
+	if err != nil {
+		return Order{}, err
+	}
+	return o, s.insertNew(ctx, tx, o, lines)
+}
+
+// priced is a new PENDING_PAYMENT order of lines for userID at today's prices, not written.
+func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
 	prices, err := s.stock.Prices(ctx, tx, lines)
 	if err != nil {
 		return Order{}, err
@@ -98,21 +122,17 @@ func (s *Service) Open(ctx context.Context, tx *gorm.DB, userID int64, lines []L
 	if o.Amount > MaxAmount {
 		return Order{}, apperr.ErrInvalidRequest.Withf("the order's total %d exceeds 10^10 cents", o.Amount)
 	}
-	event, err := s.events.Event(ctx, kafka.TopicOrderEvents, ids.Format(o.ID), eventOf(o, "order.created"))
-	if err != nil {
-		return Order{}, err
-	}
-	return o, database.Insert(ctx, tx, &o, &o.Items, event, s.stock.Rows(inventory.Reserve, o.ID, lines))
+	return o, nil
 }
 
-// Reserve returns the contended half of an order's creation: the conditional stock UPDATEs
-// (available − q, reserved + q), run last in the transaction — after the dedup record when
-// the guard runs it (idempotent.Request.Last) — so that the hot stock rows stay locked for one
-// round trip before the commit. Not enough stock is ErrOutOfStock and rolls everything back.
-func (s *Service) Reserve(lines []Line) func(ctx context.Context, tx *gorm.DB) error {
-	return func(ctx context.Context, tx *gorm.DB) error {
-		return s.stock.Move(ctx, tx, inventory.Reserve, lines)
+// insertNew writes o, its items, its order.created event and its stock movements in one round
+// trip.
+func (s *Service) insertNew(ctx context.Context, tx *gorm.DB, o Order, lines []Line) error {
+	event, err := s.events.Event(ctx, kafka.TopicOrderEvents, ids.Format(o.ID), eventOf(o, "order.created"))
+	if err != nil {
+		return err
 	}
+	return database.Insert(ctx, tx, &o, &o.Items, event, s.stock.Rows(inventory.Reserve, o.ID, lines))
 }
 
 // Get returns order id if it belongs to userID; another user's order is ErrNotFound.

@@ -7,9 +7,9 @@ import (
 	"github.com/go-chi/chi/v5"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -62,11 +62,11 @@ func (h *TradeHandler) Pay(w http.ResponseWriter, r *http.Request) {
 		ct, err = h.trades.Open(ctx, userID, id)
 		return err
 	}
-	_, _ = h.idem.Run(w, r, req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	_, _ = h.idem.Run(w, r, req, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		view, err := h.trades.Record(ctx, tx, id, ct)
 		if err != nil {
 			return idempotent.Response{}, err
 		}
 		return idemhttp.JSON(http.StatusCreated, view), nil
-	})
+	}))
 }

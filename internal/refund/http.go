@@ -10,8 +10,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -102,7 +102,7 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
 			slog.WarnContext(ctx, "refund submitted later by resume-refunds", "refund_id", created.ID, "err", err)
 		}
 	}
-	_, _ = h.idem.Run(w, r, guarded, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	_, _ = h.idem.Run(w, r, guarded, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		id, ok := ids.Parse(chi.URLParam(r, "order_id"))
 		if !ok {
 			return idempotent.Response{}, order.ErrNotFound
@@ -113,7 +113,7 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
 		}
 		created = rf
 		return idemhttp.JSON(http.StatusCreated, ViewOf(rf), "Location", "/v1/refunds/"+ids.Format(rf.ID)), nil
-	})
+	}))
 }
 
 // decodeCreate reads and validates the body of POST /v1/orders/{order_id}/refunds; an empty

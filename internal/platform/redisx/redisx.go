@@ -18,7 +18,7 @@ type Conn struct {
 	// Client is the go-redis client every layer uses: a *redis.Client for one address, a
 	// *redis.ClusterClient for several. The layers see only redis.UniversalClient, so that
 	// the same code runs on both; what keeps it correct on a cluster is that every script and
-	// pipeline touches the keys of one hash tag only (see internal/idempotent).
+	// pipeline touches the keys of one hash tag only (see idempotent).
 	Client redis.UniversalClient
 	// Embedded is the in-process server, or nil when Redis is external.
 	Embedded *miniredis.Miniredis

@@ -137,22 +137,24 @@ func randomID() int64 {
 
 // Guard runs writes exactly once. It is safe for concurrent use.
 type Guard struct {
-	db      *gorm.DB
-	rdb     redis.UniversalClient
-	rs      *redsync.Redsync
-	cfg     Config
-	metrics *metrics
+	db        *gorm.DB
+	insertSQL string
+	rdb       redis.UniversalClient
+	rs        *redsync.Redsync
+	cfg       Config
+	metrics   *metrics
 }
 
 // New returns a guard whose dedup records live in db (table idempotency_records, see
 // Record) and whose token, lock and cache layers live in rdb.
 func New(db *gorm.DB, rdb redis.UniversalClient, cfg Config) *Guard {
 	return &Guard{
-		db:      db,
-		rdb:     rdb,
-		rs:      redsync.New(goredis.NewPool(rdb)),
-		cfg:     cfg.withDefaults(),
-		metrics: newMetrics(cfg.Registerer),
+		db:        db,
+		insertSQL: insertSQL(db.Dialector.Name()),
+		rdb:       rdb,
+		rs:        redsync.New(goredis.NewPool(rdb)),
+		cfg:       cfg.withDefaults(),
+		metrics:   newMetrics(cfg.Registerer),
 	}
 }
 
@@ -187,21 +189,39 @@ type Request struct {
 	// the committed row (submitting a committed refund to the channel). Its failure does not
 	// change the stored answer; the follow-up must be resumable from the committed state.
 	After func(ctx context.Context, res Result)
-	// Last, when set, runs after the dedup record is written and right before the commit:
-	// the work's contended writes (stock, balances, a hot status row), so that their row
-	// locks are held for the fewest round trips. Its error rolls everything back like the
-	// work's (docs/dedup-placement.md).
-	Last func(ctx context.Context, tx *gorm.DB) error
 }
 
-// Work is the business change. It runs inside the dedup transaction and must reach the
-// database through tx only, so that its writes commit or roll back together with the dedup
-// record (I3). It answers with the response to store, or an error: a business refusal that
-// Reject renders is stored alone after the rollback, any other error stores nothing.
+// Work is the business change, the whole transaction of one use case in one function. It
+// runs inside the guard's transaction and must reach the database through tx only, so that
+// its writes commit or roll back together with the dedup record (I3), and it places that
+// record itself: record(resp) writes the finished record with the answer to store, in tx,
+// where the work calls it — after its new, uncontended rows and before its contended writes
+// (stock, balances, a hot status row), so that a duplicate is refused before any hot row is
+// locked, and the hot rows stay locked for the fewest round trips (docs/dedup-placement.md).
 //
-// A Response with a 4xx status and a nil error commits with the work's writes: use it when a
-// refusal must leave a trace (an anomaly recorded for refund).
-type Work func(ctx context.Context, tx *gorm.DB) (Response, error)
+// A work that returns nil has called record exactly once. An error that record returns must
+// be returned (wrapped or not): a duplicate key means that another attempt got there, and the
+// guard answers with that attempt's outcome. Any other error rolls everything back: a
+// business refusal that Reject renders is stored alone after the rollback, anything else
+// stores nothing, so that a retry runs again.
+//
+// A Response with a 4xx status recorded with a nil error commits with the work's writes: use
+// it when a refusal must leave a trace (an anomaly recorded for refund). A status that is
+// not Storable (5xx, 401, …) makes record return an error: the work returns it, everything
+// rolls back, and the response is answered without being stored.
+type Work func(ctx context.Context, tx *gorm.DB, record func(Response) error) error
+
+// Respond is the Work of fn, a change that only answers at the end: its writes, then the
+// record of its answer. Use cases with contended rows place the record themselves (Work).
+func Respond(fn func(ctx context.Context, tx *gorm.DB) (Response, error)) Work {
+	return func(ctx context.Context, tx *gorm.DB, record func(Response) error) error {
+		resp, err := fn(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return record(resp)
+	}
+}
 
 // Do runs work at most once for req.Key and answers every attempt: the first executes, later
 // ones get the stored outcome (Replayed), a concurrent one gets ErrKeyInUse (InProgress), a
@@ -345,50 +365,66 @@ func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, er
 	}
 }
 
-// tryOnce is the transaction that makes the write exactly-once, in the order a reader should
-// see it: the work, then the finished dedup record, then the contended writes (Last), then
-// commit. With RecordFirst the record is inserted PROCESSING before the work and completed
-// after it.
+// Errors of a work that did not keep Work's rules; each rolls the transaction back.
+var (
+	errNotRecorded   = errors.New("idempotent: the work returned nil without calling record")
+	errRecordedTwice = errors.New("idempotent: the work called record twice")
+	errRecordFailed  = errors.New("idempotent: the record's statement failed")
+)
+
+// tryOnce is the transaction that makes the write exactly-once: begin, the work — which
+// writes the finished dedup record where it calls record — and commit. With RecordFirst the
+// record is inserted PROCESSING before the work and completed where the work calls record.
 func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, error) {
 	rec := g.newRecord(ctx, req)
 	var (
-		resp     Response
-		recorded bool // the error came from the record's own statement
+		resp      Response
+		recorded  bool
+		recordErr error // the record's own statement failed: a duplicate key, say
 	)
 	err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if g.cfg.RecordFirst {
-			if err := insertRecord(ctx, tx, rec); err != nil {
-				recorded = true
+			if err := g.insertRecord(ctx, tx, rec); err != nil {
+				recordErr = err
 				return err
 			}
 		}
-		var err error
-		if resp, err = work(ctx, tx); err != nil {
+		record := func(r Response) error {
+			if recorded {
+				return errRecordedTwice
+			}
+			recorded, resp = true, r
+			if !Storable(r.Status) {
+				return errNotStored
+			}
+			rec.finish(r)
+			var err error
+			if g.cfg.RecordFirst {
+				err = tx.Model(rec).Select("status", "response_status", "response_headers", "response_body", "updated_at").Updates(rec).Error
+			} else {
+				err = g.insertRecord(ctx, tx, rec)
+			}
+			if err != nil {
+				recordErr = err
+				return errors.Join(errRecordFailed, err)
+			}
+			return nil
+		}
+		if err := work(ctx, tx, record); err != nil {
 			return err
 		}
-		if !Storable(resp.Status) {
-			return errNotStored
+		if !recorded {
+			return errNotRecorded
 		}
-		rec.finish(resp)
-		recorded = true
-		if g.cfg.RecordFirst {
-			err = tx.Model(rec).Select("status", "response_status", "response_headers", "response_body", "updated_at").Updates(rec).Error
-		} else {
-			err = insertRecord(ctx, tx, rec)
-		}
-		if err != nil || req.Last == nil {
-			return err
-		}
-		recorded = false
-		return req.Last(ctx, tx)
+		return nil
 	})
 	switch {
 	case err == nil:
 		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
 	case errors.Is(err, errNotStored):
 		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
-	case recorded:
-		return g.afterRecordFailed(ctx, req, err)
+	case recordErr != nil:
+		return g.afterRecordFailed(ctx, req, recordErr)
 	}
 	return g.refused(ctx, req, err)
 }
@@ -446,7 +482,7 @@ func (g *Guard) reject(ctx context.Context, req Request, err error) (Response, b
 func (g *Guard) storeRejection(ctx context.Context, req Request, resp Response, cause error) (Result, error) {
 	rec := g.newRecord(ctx, req)
 	rec.finish(resp)
-	if err := insertRecord(ctx, g.db, rec); err != nil {
+	if err := g.insertRecord(ctx, g.db, rec); err != nil {
 		return g.afterRecordFailed(ctx, req, err)
 	}
 	return Result{Response: resp, Outcome: Executed, Layer: LayerWork, Rejection: cause}, nil

@@ -10,7 +10,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
@@ -62,7 +62,7 @@ func benchNewKeys(b *testing.B, cfg idempotent.Config) {
 		ctx := context.Background()
 		for pb.Next() {
 			key := idempotent.Key{Scope: "user:1", BizType: "bench", BizKey: strconv.FormatInt(seq.Add(1), 10)}
-			res, err := g.Do(ctx, idempotent.Request{Key: key, Fingerprint: fingerprint}, benchWork)
+			res, err := g.Do(ctx, idempotent.Request{Key: key, Fingerprint: fingerprint}, idempotent.Respond(benchWork))
 			if err != nil || res.Outcome != idempotent.Executed {
 				b.Errorf("Do: outcome %q err %v", res.Outcome, err)
 				return
@@ -123,14 +123,14 @@ func BenchmarkReplayFromCache(b *testing.B) {
 	g := e.guard(idempotent.Config{})
 	ctx := context.Background()
 	req := idempotent.Request{Key: idempotent.Key{Scope: "user:1", BizType: "bench", BizKey: "replay"}, Fingerprint: fp("/bench", `{}`)}
-	if res, err := g.Do(ctx, req, benchWork); err != nil || res.Outcome != idempotent.Executed {
+	if res, err := g.Do(ctx, req, idempotent.Respond(benchWork)); err != nil || res.Outcome != idempotent.Executed {
 		b.Fatalf("first Do: outcome %q err %v", res.Outcome, err)
 	}
 	b.SetParallelism(benchParallelism)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			res, err := g.Do(ctx, req, benchWork)
+			res, err := g.Do(ctx, req, idempotent.Respond(benchWork))
 			if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerCache {
 				b.Errorf("Do: outcome %q layer %q err %v", res.Outcome, res.Layer, err)
 				return

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 )
 
 // hashTag returns the Redis Cluster hash tag of key: the text between its first '{' and the
@@ -167,9 +167,9 @@ func TestRoundTrips(t *testing.T) {
 	} {
 		g := e.guardWith(client, tt.cfg)
 		var beforeWork [][]any
-		work := func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		work := func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
 			beforeWork = log.take()
-			return effectWork("round-trips", 0, http.StatusCreated)(ctx, tx)
+			return effectWork("round-trips", 0, http.StatusCreated)(ctx, tx, record)
 		}
 		warm := idempotent.Key{Scope: "user:1", BizType: "warm-up", BizKey: tt.name}
 		mustExecute(t, g, request(warm, `{}`), work) // loads the scripts (EVALSHA, then EVAL on NOSCRIPT)

@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
@@ -138,14 +138,14 @@ func insertEffect(tx *gorm.DB, k string) (int64, error) {
 // a JSON body naming the row. The row id makes every execution's body unique, so an equal
 // body proves a replay.
 func effectWork(k string, sleep time.Duration, status int) idempotent.Work {
-	return func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	return idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		id, err := insertEffect(tx, k)
 		if err != nil {
 			return idempotent.Response{}, err
 		}
 		time.Sleep(sleep)
 		return jsonResponse(status, map[string]any{"id": id, "k": k}), nil
-	}
+	})
 }
 
 // jsonResponse is a Response with status and v as its JSON body.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 )
 
 // TestEvictStoredClientError: a stored 4xx is evicted — record and replay cache — so the next

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 )
 
 // TestStorable covers each row of the outcome table in doc.go.

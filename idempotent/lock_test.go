@@ -11,7 +11,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
@@ -153,7 +153,7 @@ func TestI4LockLostCancelsTheWork(t *testing.T) {
 				mu    sync.Mutex
 				cause error
 			)
-			stubborn := func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+			stubborn := idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 				id, err := insertEffect(tx, key.BizKey)
 				if err != nil {
 					return idempotent.Response{}, err
@@ -166,7 +166,7 @@ func TestI4LockLostCancelsTheWork(t *testing.T) {
 				case <-time.After(3 * time.Second):
 				}
 				return jsonResponse(http.StatusCreated, map[string]any{"id": id}), nil
-			}
+			})
 
 			start := time.Now()
 			first := doAsync(ctx, g, req, stubborn)

@@ -9,7 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
@@ -43,10 +43,10 @@ func TestBeforeRunsOnlyForTheAttemptThatExecutes(t *testing.T) {
 	// The first attempt holds the lease inside its work while a copy arrives.
 	inWork, release := make(chan struct{}), make(chan struct{})
 	done := after(0, func() {
-		_, err := g.Do(ctx, req("a"), func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		_, err := g.Do(ctx, req("a"), func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
 			close(inWork)
 			<-release
-			return effectWork(key.BizKey, 0, http.StatusCreated)(ctx, tx)
+			return effectWork(key.BizKey, 0, http.StatusCreated)(ctx, tx, record)
 		})
 		if err != nil {
 			t.Errorf("first attempt: %v", err)
@@ -185,9 +185,9 @@ func TestAfterRunsUnderTheLeaseOnceCommitted(t *testing.T) {
 	}
 	failed := request(testKey(t, "user:1", "failed"), "a")
 	failed.After = req.After
-	_, _ = g.Do(ctx, failed, func(context.Context, *gorm.DB) (idempotent.Response, error) {
+	_, _ = g.Do(ctx, failed, idempotent.Respond(func(context.Context, *gorm.DB) (idempotent.Response, error) {
 		return idempotent.Response{}, errors.New("deadlock")
-	})
+	}))
 	if n := runs.Load(); n != 1 {
 		t.Errorf("After ran %d times, want once", n)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
@@ -114,7 +114,7 @@ func TestNotStoredOutcomes(t *testing.T) {
 			g := e.guard(idempotent.Config{})
 			key := testKey(t, "user:1", "k")
 			req := request(key, `{"amount":100}`)
-			failing := func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+			failing := idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 				if _, err := insertEffect(tx, key.BizKey); err != nil {
 					return idempotent.Response{}, err
 				}
@@ -125,7 +125,7 @@ func TestNotStoredOutcomes(t *testing.T) {
 					return idempotent.Response{}, tt.err
 				}
 				return jsonResponse(tt.status, map[string]string{"error": "try later"}), nil
-			}
+			})
 
 			res, panicked, err := doRecovering(g, req, failing)
 			switch {
@@ -190,7 +190,7 @@ func TestBusinessResponseCommitsWithTheWork(t *testing.T) {
 			key := testKey(t, "user:1", "k")
 			req := request(key, `{"sku":"SKU-1"}`)
 			var calls atomic.Int32
-			reject := countingWork(&calls, func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+			reject := countingWork(&calls, idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 				// The refusal itself is recorded (like an anomaly row): it commits with the record.
 				id, err := insertEffect(tx, "anomaly")
 				if err != nil {
@@ -207,7 +207,7 @@ func TestBusinessResponseCommitsWithTheWork(t *testing.T) {
 					return idempotent.Response{}, err
 				}
 				return jsonResponse(http.StatusConflict, map[string]any{"code": "out_of_stock", "id": id}), nil
-			})
+			}))
 
 			first := mustExecute(t, g, req, reject)
 			if first.Response.Status != http.StatusConflict || first.Rejection != nil {
@@ -277,7 +277,7 @@ func TestRejectionIsStoredAlone(t *testing.T) {
 			key := testKey(t, "user:1", "k")
 			req := request(key, `{"sku":"SKU-1","quantity":3}`)
 			var calls atomic.Int32
-			work := countingWork(&calls, func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+			work := countingWork(&calls, idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 				// Two of the three units were reserved before the third was missing.
 				for range 2 {
 					if _, err := insertEffect(tx, "reservation"); err != nil {
@@ -285,7 +285,7 @@ func TestRejectionIsStoredAlone(t *testing.T) {
 					}
 				}
 				return idempotent.Response{}, fmt.Errorf("reserve SKU-1: %w", errOutOfStock)
-			})
+			}))
 
 			first, err := g.Do(context.Background(), req, work)
 			if err != nil || first.Outcome != idempotent.Executed || first.Layer != idempotent.LayerWork {
@@ -334,19 +334,19 @@ func TestRejectRules(t *testing.T) {
 	e := newEnv(t)
 	g := e.guard(idempotent.Config{Reject: renderOutOfStock})
 	ctx := context.Background()
-	outOfStock := func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	outOfStock := idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		if _, err := insertEffect(tx, "reservation"); err != nil {
 			return idempotent.Response{}, err
 		}
 		return idempotent.Response{}, errOutOfStock
-	}
+	})
 
 	// Declined by Config.Reject: returned as it is.
 	key := testKey(t, "user:1", "declined")
 	req := request(key, `{}`)
-	if res, err := g.Do(ctx, req, func(context.Context, *gorm.DB) (idempotent.Response, error) {
+	if res, err := g.Do(ctx, req, idempotent.Respond(func(context.Context, *gorm.DB) (idempotent.Response, error) {
 		return idempotent.Response{}, errUpstream
-	}); !errors.Is(err, errUpstream) || res.Outcome != "" {
+	})); !errors.Is(err, errUpstream) || res.Outcome != "" {
 		t.Errorf("declined error: outcome %q err %v, want the work's error and no outcome", res.Outcome, err)
 	}
 	if n := countRecords(t, e.db, key); n != 0 {

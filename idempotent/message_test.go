@@ -10,15 +10,15 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
 // countingWork wraps w and counts its calls, to show that a duplicate never reaches it.
 func countingWork(calls *atomic.Int32, w idempotent.Work) idempotent.Work {
-	return func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	return func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
 		calls.Add(1)
-		return w(ctx, tx)
+		return w(ctx, tx, record)
 	}
 }
 
@@ -95,9 +95,9 @@ func TestMessageFailureReleasesTheMarker(t *testing.T) {
 		name string
 		work idempotent.Work
 	}{
-		{"work error", func(context.Context, *gorm.DB) (idempotent.Response, error) {
+		{"work error", idempotent.Respond(func(context.Context, *gorm.DB) (idempotent.Response, error) {
 			return idempotent.Response{}, errUpstream
-		}},
+		})},
 		{"5xx outcome", effectWork("paid", 0, http.StatusServiceUnavailable)},
 	}
 	for _, tt := range tests {
@@ -196,12 +196,12 @@ func TestMessageRejectionIsAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	req := notification("T1")
 	var calls atomic.Int32
-	work := countingWork(&calls, func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	work := countingWork(&calls, idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		if _, err := insertEffect(tx, "partial"); err != nil {
 			return idempotent.Response{}, err
 		}
 		return idempotent.Response{}, errConflict
-	})
+	}))
 
 	res, err := g.Message(ctx, req, work)
 	if err != nil || res.Outcome != idempotent.Executed || !errors.Is(res.Rejection, errConflict) || res.Response.Status != http.StatusUnprocessableEntity {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -106,16 +109,35 @@ func (r Record) response() Response {
 	return resp
 }
 
-// insertRecordSQL is the record's INSERT, written out: it runs on every new key, and gorm's
-// reflection over the struct cost more than the statement's round trip on a loaded machine.
-const insertRecordSQL = "INSERT INTO idempotency_records (id, scope, biz_type, biz_key, request_id, fingerprint, status, " +
-	"response_status, response_headers, response_body, created_at, updated_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+// insertSQL is the record's INSERT in the placeholder style of the database's dialect ("?",
+// or "$1…" on PostgreSQL), written out: it runs on every new key, and gorm's reflection over
+// the struct cost more than the statement's round trip on a loaded machine.
+func insertSQL(dialect string) string {
+	marks := strings.TrimSuffix(strings.Repeat("?,", 13), ",")
+	if dialect == "postgres" {
+		n := make([]string, 13)
+		for i := range n {
+			n[i] = "$" + strconv.Itoa(i+1)
+		}
+		marks = strings.Join(n, ",")
+	}
+	return "INSERT INTO idempotency_records (id, scope, biz_type, biz_key, request_id, fingerprint, status, " +
+		"response_status, response_headers, response_body, created_at, updated_at, expires_at) VALUES (" + marks + ")"
+}
 
-// insertRecord inserts rec on db (a transaction, or the pool for a record stored alone).
-func insertRecord(ctx context.Context, db *gorm.DB, rec *Record) error {
-	_, err := db.Statement.ConnPool.ExecContext(ctx, insertRecordSQL,
+// insertRecord inserts rec on db (a transaction, or the pool for a record stored alone). Its
+// statement bypasses gorm, so the dialect's own translation of the error is applied here: a
+// duplicate key is gorm.ErrDuplicatedKey (which the default Classify knows) whatever the
+// gorm.Config, with the driver's error kept in the chain for a Classify of the caller's.
+func (g *Guard) insertRecord(ctx context.Context, db *gorm.DB, rec *Record) error {
+	_, err := db.Statement.ConnPool.ExecContext(ctx, g.insertSQL,
 		rec.ID, rec.Scope, rec.BizType, rec.BizKey, rec.RequestID, rec.Fingerprint, rec.Status,
 		rec.ResponseStatus, rec.ResponseHeaders, rec.ResponseBody, rec.CreatedAt, rec.UpdatedAt, rec.ExpiresAt)
+	if t, ok := db.Dialector.(gorm.ErrorTranslator); ok && err != nil {
+		if translated := t.Translate(err); translated != err {
+			return fmt.Errorf("%w: %w", translated, err)
+		}
+	}
 	return err
 }
 

@@ -12,7 +12,7 @@ import (
 // library. Its dependency graph (tests excluded) holds no other oncepay package.
 func TestImportsNothingOfOncepay(t *testing.T) {
 	t.Parallel()
-	const self = "github.com/oncepay/oncepay/internal/idempotent"
+	const self = "github.com/oncepay/oncepay/idempotent"
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skipf("no go command on PATH: %v", err)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/idempotent"
 )
 
 // TestTokenLayer replays I7, the double click: a one-time token issued before the form is
