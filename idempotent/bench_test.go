@@ -11,7 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // benchParallelism is goroutines per GOMAXPROCS in the benchmarks, standing for a server's
@@ -22,12 +22,12 @@ const benchParallelism = 8
 // real Redis: without them the benchmark is skipped (failed in CI).
 func benchEnv(b *testing.B) *env {
 	b.Helper()
-	testenv.RequireMySQL(b)
-	if os.Getenv(testenv.EnvRedisAddr) == "" {
-		if testenv.InCI() {
-			b.Fatalf("%s is not set but CI=true", testenv.EnvRedisAddr)
+	idemtest.RequireMySQL(b)
+	if os.Getenv(idemtest.EnvRedis) == "" {
+		if idemtest.InCI() {
+			b.Fatalf("%s is not set but CI=true", idemtest.EnvRedis)
 		}
-		b.Skipf("needs a real Redis: set %s", testenv.EnvRedisAddr)
+		b.Skipf("needs a real Redis: set %s", idemtest.EnvRedis)
 	}
 	return newEnv(b)
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
 // clusterEnv is a guard's database and a real three-master Redis Cluster, with the map of
@@ -25,16 +25,16 @@ type clusterEnv struct {
 	owner *[16384]string
 }
 
-// newClusterEnv starts a Redis Cluster (testenv.RedisCluster) and a fresh database with the
+// newClusterEnv starts a Redis Cluster (idemtest.RedisCluster) and a fresh database with the
 // side_effects table. The client is redisx's, with oncepay's own options.
 func newClusterEnv(t *testing.T) *clusterEnv {
 	t.Helper()
-	addrs := testenv.RedisCluster(t)
+	addrs := idemtest.RedisCluster(t)
 	e := &clusterEnv{cluster: redisx.NewClusterClient(addrs)}
 	t.Cleanup(func() { _ = e.cluster.Close() })
-	e.db = testenv.DB(t)
+	e.db, e.dialect = idemtest.DB(t, idemtest.Default()), idemtest.Default()
 	createSideEffects(t, e.db)
-	e.owner = testenv.SlotMasters(t, e.cluster)
+	e.owner = idemtest.SlotMasters(t, e.cluster)
 	return e
 }
 

@@ -60,8 +60,9 @@ type Config struct {
 	// ONCEPAY_CHAOS_PAYMENT_DELAY: a slow upstream held under the lock (I4) without holding a
 	// database transaction open.
 	BeforeWork func(ctx context.Context, k Key) error
-	// Classify tells the guard what a database error means (see ErrorClass). Default: only
-	// gorm.ErrDuplicatedKey is recognised, which needs gorm's TranslateError.
+	// Classify tells the guard what a database error means (see ErrorClass). Default:
+	// Classify, which recognises the record's duplicate key on every dialect; mysqlerr,
+	// sqliteerr and pgerr classify deadlocks and lock timeouts too.
 	Classify func(err error) ErrorClass
 	// Reject turns an error returned by the work into the answer to store for it, when the
 	// error is a deterministic business refusal (out of stock, illegal state): the
@@ -74,6 +75,18 @@ type Config struct {
 	RequestID func(ctx context.Context) string
 	// Registerer receives the guard's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+}
+
+// Classify is the default Config.Classify: it knows what gorm knows of every dialect — its
+// record's duplicate key, which the guard has the database's dialect translate to
+// gorm.ErrDuplicatedKey, whatever the gorm.Config — and nothing else. A deadlock is then an
+// error like any other, answered 5xx with nothing stored; a dialect's own classifier
+// (mysqlerr, sqliteerr, pgerr) also runs an aborted transaction again.
+func Classify(err error) ErrorClass {
+	if errors.Is(err, gorm.ErrDuplicatedKey) {
+		return ErrorDuplicateKey
+	}
+	return ErrorOther
 }
 
 // ErrorClass is what a database error means to the guard.
@@ -113,12 +126,7 @@ func (c Config) withDefaults() Config {
 		c.KeyPrefix = "oncepay:"
 	}
 	if c.Classify == nil {
-		c.Classify = func(err error) ErrorClass {
-			if errors.Is(err, gorm.ErrDuplicatedKey) {
-				return ErrorDuplicateKey
-			}
-			return ErrorOther
-		}
+		c.Classify = Classify
 	}
 	if c.NewID == nil {
 		c.NewID = randomID

@@ -18,8 +18,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/database"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // TestMain keeps the per-attempt "idempotency" log lines and go-redis's dial errors (Redis
@@ -29,7 +28,7 @@ func TestMain(m *testing.M) {
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1})))
 		redis.SetLogger(quietLogger{})
 	}
-	fmt.Fprintln(os.Stderr, "idempotent tests:", testenv.Describe())
+	fmt.Fprintln(os.Stderr, "idempotent tests: default dialect", idemtest.Default())
 	os.Exit(m.Run())
 }
 
@@ -39,21 +38,30 @@ type quietLogger struct{}
 // Printf drops the line.
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-// env is one test's own database (with the side_effects table) and Redis database.
+// env is one test's own database (the kit's table and a side_effects table) and Redis
+// database.
 type env struct {
 	db *gorm.DB
-	// rdb is a plain client: testenv.Redis is one server (TestRoundTrips copies its options).
-	// The cluster tests build their own guard on a cluster client (cluster_test.go).
+	// dialect is the database's: mysql, sqlite or postgres (idemtest).
+	dialect string
+	// rdb is a plain client on one server (TestRoundTrips copies its options). The cluster
+	// tests build their own guard on a cluster client (cluster_test.go).
 	rdb *redis.Client
 }
 
-// newEnv gives the test a fresh migrated database with a side_effects table and an isolated
-// Redis; everything is dropped when the test ends.
+// newEnv gives the test a fresh database of the default dialect (idemtest.Default) with a
+// side_effects table and an isolated Redis; everything is dropped when the test ends.
 func newEnv(tb testing.TB) *env {
 	tb.Helper()
-	db := testenv.DB(tb)
+	return newEnvOn(tb, idemtest.Default())
+}
+
+// newEnvOn is newEnv on dialect.
+func newEnvOn(tb testing.TB, dialect string) *env {
+	tb.Helper()
+	db := idemtest.DB(tb, dialect)
 	createSideEffects(tb, db)
-	return &env{db: db, rdb: testenv.Redis(tb).Client.(*redis.Client)}
+	return &env{db: db, dialect: dialect, rdb: idemtest.Redis(tb)}
 }
 
 // guard returns a guard on the env's database and Redis with cfg and its own registry.
@@ -62,12 +70,12 @@ func (e *env) guard(cfg idempotent.Config) *idempotent.Guard {
 }
 
 // guardWith is guard with another Redis client, e.g. testenv.Unreachable for Redis down.
-// Like oncepay's app, it tells the guard what a database error means with
-// database.Classify (the guard knows no SQL driver), and registers its metrics on a
-// registry of its own, so that a registration conflict would fail the test.
+// It tells the guard what a database error means with the dialect's classifier (mysqlerr,
+// sqliteerr, pgerr), and registers its metrics on a registry of its own, so that a
+// registration conflict would fail the test.
 func (e *env) guardWith(rdb redis.UniversalClient, cfg idempotent.Config) *idempotent.Guard {
 	if cfg.Classify == nil {
-		cfg.Classify = database.Classify
+		cfg.Classify = idemtest.Classify(e.dialect)
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -91,10 +99,11 @@ func (sideEffect) TableName() string { return "side_effects" }
 // createSideEffects creates the side_effects table in db, in db's dialect.
 func createSideEffects(tb testing.TB, db *gorm.DB) {
 	tb.Helper()
-	ddl := "CREATE TABLE side_effects (id INTEGER PRIMARY KEY, k VARCHAR(64) NOT NULL)"
-	if database.DialectOf(db) == database.MySQL {
-		ddl = "CREATE TABLE side_effects (id BIGINT PRIMARY KEY AUTO_INCREMENT, k VARCHAR(64) NOT NULL) ENGINE=InnoDB"
-	}
+	ddl := map[string]string{
+		idemtest.SQLite:   "CREATE TABLE side_effects (id INTEGER PRIMARY KEY, k VARCHAR(64) NOT NULL)",
+		idemtest.MySQL:    "CREATE TABLE side_effects (id BIGINT PRIMARY KEY AUTO_INCREMENT, k VARCHAR(64) NOT NULL) ENGINE=InnoDB",
+		idemtest.Postgres: "CREATE TABLE side_effects (id BIGSERIAL PRIMARY KEY, k VARCHAR(64) NOT NULL)",
+	}[db.Dialector.Name()]
 	if err := db.Exec(ddl).Error; err != nil {
 		tb.Fatalf("create side_effects: %v", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/database"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // naiveDedup is the flow of incident I3, kept here only to show it fail: look for the dedup
@@ -37,7 +37,7 @@ func naiveDedup(ctx context.Context, db *gorm.DB, key idempotent.Key, business t
 		Fingerprint: fp("/things", `{}`), Status: idempotent.StatusCompleted, ResponseStatus: http.StatusOK,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 	}).Error
-	if database.IsDuplicateKey(err) {
+	if idemtest.Classify(db.Dialector.Name())(err) == idempotent.ErrorDuplicateKey {
 		return nil // "already recorded" — too late, the update ran twice
 	}
 	return err

@@ -12,7 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // doAsync starts g.Do in a goroutine and returns a channel that delivers its answer.
@@ -312,7 +312,7 @@ func TestRunLockedWithoutRedis(t *testing.T) {
 	ctx := context.Background()
 
 	ran := false
-	ok, err := e.guardWith(testenv.Unreachable(t), idempotent.Config{}).RunLocked(ctx, "job", func(context.Context) error {
+	ok, err := e.guardWith(idemtest.Unreachable(t), idempotent.Config{}).RunLocked(ctx, "job", func(context.Context) error {
 		ran = true
 		return nil
 	})
@@ -321,7 +321,7 @@ func TestRunLockedWithoutRedis(t *testing.T) {
 	}
 
 	ran = false
-	ok, err = e.guardWith(testenv.Unreachable(t), idempotent.Config{RejectWithoutRedis: true}).RunLocked(ctx, "job", func(context.Context) error {
+	ok, err = e.guardWith(idemtest.Unreachable(t), idempotent.Config{RejectWithoutRedis: true}).RunLocked(ctx, "job", func(context.Context) error {
 		ran = true
 		return nil
 	})

@@ -11,7 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // countingWork wraps w and counts its calls, to show that a duplicate never reaches it.
@@ -233,7 +233,7 @@ func TestMessageWithoutRedis(t *testing.T) {
 	var calls atomic.Int32
 	work := countingWork(&calls, effectWork("paid", 0, http.StatusOK))
 
-	rejecting := e.guardWith(testenv.Unreachable(t), idempotent.Config{RejectWithoutRedis: true})
+	rejecting := e.guardWith(idemtest.Unreachable(t), idempotent.Config{RejectWithoutRedis: true})
 	res, err := rejecting.Message(ctx, req, work)
 	if code(err) != "unavailable" || res.Outcome != idempotent.Unavailable {
 		t.Errorf("reject mode: outcome %q err %v, want unavailable", res.Outcome, err)
@@ -242,7 +242,7 @@ func TestMessageWithoutRedis(t *testing.T) {
 		t.Errorf("reject mode ran the work %d times, want 0", n)
 	}
 
-	g := e.guardWith(testenv.Unreachable(t), idempotent.Config{})
+	g := e.guardWith(idemtest.Unreachable(t), idempotent.Config{})
 	if res, err := g.Message(ctx, req, work); err != nil || res.Outcome != idempotent.Executed {
 		t.Fatalf("degrade, first delivery: outcome %q err %v, want executed", res.Outcome, err)
 	}

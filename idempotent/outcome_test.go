@@ -14,7 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/database"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // mustExecute runs req through g and fails the test unless the work executed.
@@ -416,22 +416,30 @@ func TestCancelMidTransaction(t *testing.T) {
 // numbered 1 — its INSERT with the default placement, the UPDATE that completes it with
 // RecordFirst — as a deadlock would, after the work ran: InnoDB, or a Galera certification
 // failure, may abort a transaction at its last statement. Triggers do it, so that it holds
-// whatever way the guard writes the record (gorm or its own SQL): MySQL's signals error 1213,
-// SQLite's raises "database is locked", both of which database.Classify calls aborted. It
+// whatever way the guard writes the record (gorm or its own SQL): MySQL's signals error 1213
+// and PostgreSQL's SQLSTATE 40P01, which mysqlerr and pgerr call aborted. A SQLite trigger can
+// only RAISE a constraint error, so on SQLite abortedClassify calls that one aborted. It
 // returns the Config.NewID that numbers the records 1, 2, 3 …, so that only the first
 // attempt's record is aborted.
 func abortFirstRecord(t *testing.T, db *gorm.DB) func() int64 {
 	t.Helper()
 	const when = "NEW.id = 1 AND NEW.status = 'COMPLETED'"
 	var ddl []string
-	if database.DialectOf(db) == database.MySQL {
+	switch db.Dialector.Name() {
+	case idemtest.Postgres:
+		ddl = []string{
+			`CREATE FUNCTION test_abort_first() RETURNS trigger AS $$ BEGIN IF ` + when +
+				` THEN RAISE EXCEPTION 'deadlock detected (injected by the test)' USING ERRCODE = '40P01'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql`,
+			`CREATE TRIGGER test_abort_first BEFORE INSERT OR UPDATE ON idempotency_records FOR EACH ROW EXECUTE FUNCTION test_abort_first()`,
+		}
+	case idemtest.MySQL:
 		for _, op := range []string{"INSERT", "UPDATE"} {
 			ddl = append(ddl, "CREATE TRIGGER test_abort_first_"+strings.ToLower(op)+" BEFORE "+op+
 				" ON idempotency_records FOR EACH ROW BEGIN IF "+when+" THEN "+
 				"SIGNAL SQLSTATE '40001' SET MESSAGE_TEXT = 'Deadlock found when trying to get lock (injected by the test)', MYSQL_ERRNO = 1213; "+
 				"END IF; END")
 		}
-	} else {
+	default:
 		for _, op := range []string{"INSERT", "UPDATE"} {
 			ddl = append(ddl, "CREATE TRIGGER test_abort_first_"+strings.ToLower(op)+" BEFORE "+op+
 				" ON idempotency_records WHEN "+when+
@@ -445,6 +453,21 @@ func abortFirstRecord(t *testing.T, db *gorm.DB) func() int64 {
 	}
 	var next atomic.Int64
 	return func() int64 { return next.Add(1) }
+}
+
+// abortedClassify is the dialect's classifier, except that on SQLite the error the test's
+// trigger raises (abortFirstRecord) is an aborted transaction.
+func abortedClassify(dialect string) func(error) idempotent.ErrorClass {
+	classify := idemtest.Classify(dialect)
+	if dialect != idemtest.SQLite {
+		return classify
+	}
+	return func(err error) idempotent.ErrorClass {
+		if strings.Contains(err.Error(), "(injected by the test)") {
+			return idempotent.ErrorAborted
+		}
+		return classify(err)
+	}
 }
 
 // TestDoRetriesAnAbortedTransaction: a transaction the database aborted left nothing behind,
@@ -461,7 +484,7 @@ func TestDoRetriesAnAbortedTransaction(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			newID := abortFirstRecord(t, e.db)
-			g := e.guard(idempotent.Config{RecordFirst: placement.recordFirst, NewID: newID})
+			g := e.guard(idempotent.Config{RecordFirst: placement.recordFirst, NewID: newID, Classify: abortedClassify(e.dialect)})
 			key := testKey(t, "user:1", "k")
 			var calls atomic.Int32
 			work := countingWork(&calls, effectWork(key.BizKey, 0, http.StatusCreated))

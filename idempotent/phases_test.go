@@ -10,7 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // outside counts the calls of a Before phase: the work outside the transaction (a channel
@@ -138,7 +138,7 @@ func TestBeforeRefusalIsStoredLikeTheWorks(t *testing.T) {
 // attempt without one still executes on the dedup record alone.
 func TestBeforeNeedsTheLease(t *testing.T) {
 	e := newEnv(t)
-	g := e.guardWith(testenv.Unreachable(t), idempotent.Config{})
+	g := e.guardWith(idemtest.Unreachable(t), idempotent.Config{})
 	ctx := context.Background()
 	var o outside
 	key := testKey(t, "user:1", "down")

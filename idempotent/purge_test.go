@@ -12,7 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // countDeletes counts the DELETE statements gorm runs on idempotency_records through db.
@@ -143,7 +143,7 @@ func TestPurgeStopsWhenRedisCannotForget(t *testing.T) {
 	for i := range 3 {
 		mustExecute(t, up, request(idempotent.Key{Scope: "user:1", BizType: "purge", BizKey: fmt.Sprintf("down-%d", i)}, `{}`), effectWork("purge", 0, http.StatusCreated))
 	}
-	down := e.guardWith(testenv.Unreachable(t), idempotent.Config{})
+	down := e.guardWith(idemtest.Unreachable(t), idempotent.Config{})
 	purged, err := down.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Hour, Pause: time.Millisecond})
 	if !errors.Is(err, idempotent.ErrPurgeIncomplete) || purged != 0 {
 		t.Fatalf("Purge with Redis down = %d, %v; want 0 and ErrPurgeIncomplete", purged, err)

@@ -41,10 +41,12 @@ type Record struct {
 // TableName is the table of Record.
 func (Record) TableName() string { return "idempotency_records" }
 
-// Schema is the DDL of idempotency_records for MySQL 8 / MariaDB ("mysql") and SQLite
-// ("sqlite"): the one definition of the table; oncepay's migrations must produce exactly it (a
-// test holds them equal). Keys compare byte for byte — VARBINARY on MySQL, which neither folds
-// case nor pads trailing spaces — so CaseKey and casekey are two keys, as in Redis.
+// Schema is the DDL of idempotency_records for MySQL 8 / MariaDB ("mysql"), SQLite ("sqlite")
+// and PostgreSQL ("postgres"), keyed by gorm's dialector name: the one definition of the
+// table; oncepay's migrations must produce exactly it (a test holds them equal). Statements
+// are separated by ";\n". Keys compare byte for byte — VARBINARY on MySQL, which neither folds
+// case nor pads trailing spaces; a deterministic collation on PostgreSQL — so CaseKey and
+// casekey are two keys, as in Redis. (On PostgreSQL a key must be valid UTF-8 without NUL.)
 var Schema = map[string]string{
 	"mysql": `CREATE TABLE idempotency_records (
   id                BIGINT       NOT NULL PRIMARY KEY,
@@ -79,6 +81,23 @@ var Schema = map[string]string{
   expires_at        DATETIME     NOT NULL
 );
 CREATE UNIQUE INDEX uk_idempotency_key ON idempotency_records (scope, biz_type, biz_key);
+CREATE INDEX idx_idempotency_created ON idempotency_records (created_at)`,
+	"postgres": `CREATE TABLE idempotency_records (
+  id                BIGINT       NOT NULL PRIMARY KEY,
+  scope             VARCHAR(128) NOT NULL,
+  biz_type          VARCHAR(64)  NOT NULL,
+  biz_key           VARCHAR(255) NOT NULL,
+  request_id        VARCHAR(128) NOT NULL,
+  fingerprint       CHAR(64)     NOT NULL,
+  status            VARCHAR(16)  NOT NULL,
+  response_status   INT          NOT NULL DEFAULT 0,
+  response_headers  TEXT         NULL,
+  response_body     BYTEA        NULL,
+  created_at        TIMESTAMP(6) NOT NULL,
+  updated_at        TIMESTAMP(6) NOT NULL,
+  expires_at        TIMESTAMP(6) NOT NULL,
+  CONSTRAINT uk_idempotency_key UNIQUE (scope, biz_type, biz_key)
+);
 CREATE INDEX idx_idempotency_created ON idempotency_records (created_at)`,
 }
 

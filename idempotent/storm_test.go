@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // stormSize is how many copies of one write a storm fires at once.
@@ -47,7 +47,7 @@ func TestStorm(t *testing.T) {
 			e := newEnv(t)
 			var rdb redis.UniversalClient = e.rdb
 			if m.redisDown {
-				rdb = testenv.Unreachable(t)
+				rdb = idemtest.Unreachable(t)
 			}
 			g := e.guardWith(rdb, m.cfg)
 			ctx := context.Background()
@@ -109,7 +109,7 @@ func TestStorm(t *testing.T) {
 // fails, one at a time: 200 ms each would be minutes of waiting that prove nothing more.
 func stormHold(cfg idempotent.Config, redisDown bool) time.Duration {
 	lockless := cfg.NoLock || redisDown
-	if !testenv.UsingMySQL() && lockless && !cfg.RecordFirst {
+	if !(idemtest.Default() == idemtest.MySQL) && lockless && !cfg.RecordFirst {
 		return 10 * time.Millisecond
 	}
 	return 200 * time.Millisecond
@@ -151,7 +151,7 @@ func checkStormAnswers(t *testing.T, calls []call) []byte {
 func TestStormRejectWithoutRedis(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	g := e.guardWith(testenv.Unreachable(t), idempotent.Config{RejectWithoutRedis: true})
+	g := e.guardWith(idemtest.Unreachable(t), idempotent.Config{RejectWithoutRedis: true})
 	key := testKey(t, "user:1", "reject")
 	req := request(key, `{"amount":100}`)
 	work := effectWork(key.BizKey, 0, http.StatusCreated)

@@ -10,10 +10,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 	"github.com/oncepay/oncepay/internal/app/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemadmin"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
 // TestRedisCluster runs a whole instance whose ONCEPAY_REDIS_ADDR lists the three masters of
@@ -25,7 +25,7 @@ import (
 // entries of many hash tags at once. Every key the instance wrote, on every master, starts
 // with its prefix.
 func TestRedisCluster(t *testing.T) {
-	addrs := testenv.RedisCluster(t)
+	addrs := idemtest.RedisCluster(t)
 	prefix := "cluster-" + apptest.RandHex(4) + ":"
 	s := startOwnRedis(t, func(c *config.Config) { c.RedisAddrs, c.RedisDB, c.RedisPrefix = addrs, 0, prefix })
 	cluster, ok := s.App.Redis.Client.(*redis.ClusterClient)
@@ -131,7 +131,7 @@ func TestRedisCluster(t *testing.T) {
 func keysOnEveryMaster(t *testing.T, cluster *redis.ClusterClient, prefix, scope string, perMaster int) []string {
 	t.Helper()
 	ctx := context.Background()
-	owner := testenv.SlotMasters(t, cluster)
+	owner := idemtest.SlotMasters(t, cluster)
 	run := apptest.RandHex(3)
 	count := map[string]int{}
 	var keys []string

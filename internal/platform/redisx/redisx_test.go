@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
 )
 
 // TestNewUniversal: one address is a plain client on its database, several a cluster client
@@ -49,7 +49,7 @@ func TestNewUniversal(t *testing.T) {
 // TestOpenCluster opens a real Redis Cluster from its address list: Addrs and DB report it,
 // Ping reaches every master, and a key round-trips wherever its slot lives.
 func TestOpenCluster(t *testing.T) {
-	addrs := testenv.RedisCluster(t)
+	addrs := idemtest.RedisCluster(t)
 	conn, err := redisx.Open(addrs, "", 0)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package testenv
+package idemtest
 
 import (
 	"bufio"
@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/oncepay/oncepay/internal/platform/redisx"
 )
 
 // clusterNodes is the size of the cluster RedisCluster starts: the smallest Redis Cluster
@@ -136,7 +134,7 @@ func waitListening(ctx context.Context, tb testing.TB, addr string) {
 // waitRedis polls the node at addr with check until it passes or ctx ends.
 func waitRedis(ctx context.Context, tb testing.TB, addr string, check func(*redis.Client) error) {
 	tb.Helper()
-	c := redisx.NewClient(addr, 0)
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1})
 	defer c.Close()
 	for {
 		err := check(c)
