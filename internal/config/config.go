@@ -384,6 +384,13 @@ func (c Config) validate() []error {
 	if c.ChannelURL == "" && !c.EmbeddedDB() {
 		errs = append(errs, errors.New("ONCEPAY_CHANNEL_URL is empty while ONCEPAY_MYSQL_DSN points at a real database: set the payment channel's base URL, or ONCEPAY_CHANNEL_URL=embedded to run the channel simulator on purpose (it pays any order on request: never in production)"))
 	}
+	urls := map[string]string{}
+	for _, ch := range c.Channels {
+		if other, taken := urls[ch.URL]; taken && ch.URL != "" {
+			errs = append(errs, fmt.Errorf("ONCEPAY_CHANNELS %s and %s share the base URL %s: oncepay's calls name no channel, so the two would be one provider, and a report under one name could have it refund the other's trade; give each its own ONCEPAY_CHANNEL_URL_<NAME>, or list the provider once", other, ch.Name, ch.URL))
+		}
+		urls[ch.URL] = ch.Name
+	}
 	if len(c.Channels) == 0 {
 		errs = append(errs, errors.New("ONCEPAY_CHANNELS is empty while ONCEPAY_CHANNEL_URL names a real channel: list the channels oncepay accepts reports from, such as alipay,wechat"))
 	} else if _, ok := c.ChannelNamed(c.ChannelName); !ok {
