@@ -73,11 +73,14 @@ type Anomaly struct {
 	OrderID    *int64
 	RechargeID *int64
 	Channel    string
-	TradeNo    string
-	Amount     int64
-	Detail     string
-	RequestID  string
-	CreatedAt  time.Time
+	// Space is the number space of TradeNo: "trade" (a trade_no; the default) or "refund" (a
+	// refund_no). An anomaly is unique per kind, channel, space and number.
+	Space     string
+	TradeNo   string
+	Amount    int64
+	Detail    string
+	RequestID string
+	CreatedAt time.Time
 }
 
 // Recorder writes and lists anomalies.
@@ -93,6 +96,9 @@ func NewRecorder(db *gorm.DB, gen *ids.Generator) *Recorder { return &Recorder{d
 // explains. A second copy of the same anomaly changes nothing.
 func (r *Recorder) Record(ctx context.Context, tx *gorm.DB, a Anomaly) error {
 	a.ID = r.ids.Next()
+	if a.Space == "" {
+		a.Space = "trade"
+	}
 	a.RequestID = requestid.From(ctx)
 	a.CreatedAt = time.Now().UTC()
 	return tx.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&a).Error

@@ -199,8 +199,15 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	clients := map[string]*channel.Client{}
 	for _, ch := range cfg.Channels {
 		base := ch.URL
-		if base == "" {
+		if base == "" && ch.Name == cfg.ChannelName {
 			base = a.ChannelURL
+		}
+		if base == "" {
+			// The embedded simulator is ONCEPAY_CHANNEL_NAME only: another name without a URL
+			// of its own has no API here, so that a report under it can never have the
+			// simulator refund a trade it holds under its own name (its refunds end FAILED,
+			// for an operator).
+			continue
 		}
 		clients[ch.Name] = channel.New(channel.Config{BaseURL: base, Secret: ch.Secret, Timeout: cfg.ChannelTimeout, Retries: uint64(cfg.ChannelRetries)})
 	}

@@ -10,9 +10,12 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/caarlos0/env/v11"
 )
 
 // RedisFailureMode says what the idempotency layers do when Redis cannot be reached.
@@ -39,96 +42,102 @@ const (
 	maxRedisPrefix = 64
 )
 
-// Config is every setting oncepay reads; LoadFrom names the variable and default of each.
+// Config is every setting oncepay reads. The env tag names a field's variable and envDefault
+// its default, which an unset or blank variable gets (values are trimmed); github.com/caarlos0/env
+// parses them. A field without envDefault whose default depends on other settings gets it in
+// LoadFrom, which the field's comment says; env:"-" marks the two lists LoadFrom parses by hand
+// (ParseRedisAddrs, parseChannels). envHint is the advice of an integer's parse error.
 type Config struct {
-	// HTTPAddr is the address the HTTP server listens on.
-	HTTPAddr string
+	// HTTPAddr is the address the HTTP server listens on. Default: 127.0.0.1:8080 while
+	// either secret is its dev-* default, :8080 otherwise.
+	HTTPAddr string `env:"ONCEPAY_HTTP_ADDR"`
 	// MySQLDSN is a go-sql-driver DSN; empty means the embedded SQLite file in DataDir.
-	MySQLDSN string
+	MySQLDSN string `env:"ONCEPAY_MYSQL_DSN"`
 	// DataDir is where embedded state (the SQLite file) lives.
-	DataDir string
+	DataDir string `env:"ONCEPAY_DATA_DIR" envDefault:"./data"`
 	// RedisAddrs are the host:port addresses of ONCEPAY_REDIS_ADDR, a comma list: one is a
 	// single Redis server, several are the seed nodes of a Redis Cluster (any of its nodes;
 	// the client learns the rest from them). Empty means an embedded Redis on
 	// EmbeddedRedisAddr.
-	RedisAddrs []string
+	RedisAddrs []string `env:"-"`
 	// EmbeddedRedisAddr is where the embedded Redis listens when RedisAddr is empty.
-	EmbeddedRedisAddr string
+	EmbeddedRedisAddr string `env:"ONCEPAY_EMBEDDED_REDIS_ADDR" envDefault:"127.0.0.1:16379"`
 	// RedisDB is the Redis logical database, 0..15; it must be 0 with a Redis Cluster, which
 	// has no other.
-	RedisDB int
+	RedisDB int `env:"ONCEPAY_REDIS_DB" envDefault:"0" envHint:"use a Redis logical database in 0..15"`
 	// RedisPrefix starts every Redis key oncepay writes, so that several deployments can
 	// share one Redis. It holds no '{' or '}': the hash tag that keeps the keys of one
 	// idempotency key in one Redis Cluster slot is added after it.
-	RedisPrefix string
+	RedisPrefix string `env:"ONCEPAY_REDIS_PREFIX" envDefault:"oncepay:"`
 	// KafkaBrokers is the list of Kafka brokers; empty means an embedded broker.
-	KafkaBrokers []string
+	KafkaBrokers []string `env:"ONCEPAY_KAFKA_BROKERS"`
 	// EmbeddedKafkaAddr is where the embedded Kafka broker listens when KafkaBrokers is empty.
-	EmbeddedKafkaAddr string
+	EmbeddedKafkaAddr string `env:"ONCEPAY_EMBEDDED_KAFKA_ADDR" envDefault:"127.0.0.1:19092"`
 	// ChannelSecret is the HMAC-SHA256 key of ONCEPAY_CHANNEL_SECRET: the secret of every
 	// channel that has no ONCEPAY_CHANNEL_SECRET_<NAME> of its own (see Channels).
-	ChannelSecret string
+	ChannelSecret string `env:"ONCEPAY_CHANNEL_SECRET" envDefault:"dev-channel-secret"`
 	// AdminKey is the bearer key for /v1/admin/*.
-	AdminKey string
-	// SeedDemo seeds the demo users and SKUs; it defaults to true only for the embedded DB.
-	SeedDemo bool
+	AdminKey string `env:"ONCEPAY_ADMIN_KEY" envDefault:"dev-admin-key"`
+	// SeedDemo seeds the demo users and SKUs. Default: true with the embedded DB, else false.
+	SeedDemo bool `env:"ONCEPAY_SEED_DEMO"`
 	// OrderTTL is how long an order may stay unpaid before the close job closes it.
-	OrderTTL time.Duration
+	OrderTTL time.Duration `env:"ONCEPAY_ORDER_TTL" envDefault:"15m"`
 	// LockTTL is the Redis lock lease; the watchdog renews it every LockTTL/3 (I4).
-	LockTTL time.Duration
+	LockTTL time.Duration `env:"ONCEPAY_LOCK_TTL" envDefault:"30s"`
 	// DedupRetention is how long dedup records are kept before they may be purged (I6).
-	DedupRetention time.Duration
+	DedupRetention time.Duration `env:"ONCEPAY_DEDUP_RETENTION" envDefault:"720h"`
 	// MaxRedeliveryWindow is the longest time after which any path may still redeliver a
 	// request; DedupRetention must cover it (I6).
-	MaxRedeliveryWindow time.Duration
+	MaxRedeliveryWindow time.Duration `env:"ONCEPAY_MAX_REDELIVERY_WINDOW" envDefault:"72h"`
 	// RedisFailureMode is what happens to requests while Redis is unreachable.
-	RedisFailureMode RedisFailureMode
+	RedisFailureMode RedisFailureMode `env:"ONCEPAY_REDIS_FAILURE_MODE" envDefault:"degrade"`
 	// NodeID is this instance's snowflake node id, 0..1023, distinct per instance.
-	NodeID int64
+	NodeID int64 `env:"ONCEPAY_NODE_ID" envDefault:"1" envHint:"use a number in 0..1023, distinct per instance"`
 	// Lab mounts the naive replicas of the articles' bugs under /lab/ for drills.
-	Lab bool
+	Lab bool `env:"ONCEPAY_LAB" envDefault:"false"`
 	// ChaosPaymentDelay is a drill-only fault: sleep this long inside payment processing while
 	// holding the lock.
-	ChaosPaymentDelay time.Duration
+	ChaosPaymentDelay time.Duration `env:"ONCEPAY_CHAOS_PAYMENT_DELAY" envDefault:"0s"`
 	// CloseJobInterval is how often the close-expired-orders job runs.
-	CloseJobInterval time.Duration
+	CloseJobInterval time.Duration `env:"ONCEPAY_CLOSE_JOB_INTERVAL" envDefault:"30s"`
 	// PurgeJobInterval is how often the purge-dedup-records job runs.
-	PurgeJobInterval time.Duration
+	PurgeJobInterval time.Duration `env:"ONCEPAY_PURGE_JOB_INTERVAL" envDefault:"1h"`
 	// ChannelURL is the payment channel's base URL; empty, or EmbeddedChannelURL, means the
 	// embedded channel simulator, started in process on EmbeddedChannelAddr. A real database
 	// needs it set: to a channel, or to EmbeddedChannelURL on purpose.
-	ChannelURL string
+	ChannelURL string `env:"ONCEPAY_CHANNEL_URL"`
 	// EmbeddedChannelAddr is where the embedded channel simulator listens when ChannelURL is
 	// empty; its state is kept in DataDir/channelsim.json.
-	EmbeddedChannelAddr string
+	EmbeddedChannelAddr string `env:"ONCEPAY_EMBEDDED_CHANNEL_ADDR" envDefault:"127.0.0.1:18090"`
 	// ChannelSimSchedule is the embedded simulator's notification retry schedule (Alipay's);
 	// the first attempt is immediate.
-	ChannelSimSchedule []time.Duration
+	ChannelSimSchedule []time.Duration `env:"ONCEPAY_CHANNEL_SIM_SCHEDULE" envDefault:"4m,10m,10m,1h,2h,6h,15h"`
 	// PublicURL is oncepay's base URL as the channel reaches it: notify_url is built on it.
-	PublicURL string
+	// Default: http://<host:port of HTTPAddr>, localhost for an empty or wildcard host.
+	PublicURL string `env:"ONCEPAY_PUBLIC_URL"`
 	// ChannelName is the channel oncepay opens trades with (POST /v1/orders/{order_id}/payments):
 	// its name in notifications and keys (channel + trade_no). It is one of Channels; default
 	// simpay with the embedded simulator, else the first of ONCEPAY_CHANNELS.
-	ChannelName string
+	ChannelName string `env:"ONCEPAY_CHANNEL_NAME"`
 	// Channels are the channels oncepay accepts reports from and calls (ONCEPAY_CHANNELS), each
 	// with its own base URL and secret. A report naming another channel is refused (400
 	// unknown_channel) and stores nothing; a payment is refunded through the channel that took
 	// it.
-	Channels []Channel
+	Channels []Channel `env:"-"`
 	// SignatureTolerance is how far a report's signed timestamp may lie from the server's
 	// clock over HTTP (ONCEPAY_SIGNATURE_TOLERANCE); Kafka copies may be as old as
 	// MaxRedeliveryWindow.
-	SignatureTolerance time.Duration
+	SignatureTolerance time.Duration `env:"ONCEPAY_SIGNATURE_TOLERANCE" envDefault:"5m"`
 	// ChannelTimeout bounds each attempt of a call to the channel; a timeout is indefinite (I8).
-	ChannelTimeout time.Duration
+	ChannelTimeout time.Duration `env:"ONCEPAY_CHANNEL_TIMEOUT" envDefault:"5s"`
 	// ChannelRetries is how many times an indefinite call is retried, with the same number.
-	ChannelRetries int
+	ChannelRetries int `env:"ONCEPAY_CHANNEL_RETRIES" envDefault:"3" envHint:"use 0..10 (default 3)"`
 	// ReconcileJobInterval is how often reconcile-payments asks the channel about pending
 	// orders that have a trade (I9).
-	ReconcileJobInterval time.Duration
+	ReconcileJobInterval time.Duration `env:"ONCEPAY_RECONCILE_JOB_INTERVAL" envDefault:"1m"`
 	// RefundJobInterval is how often resume-refunds finishes refunds left PENDING or
 	// SUBMITTED and refunds the anomalies that call for it (I8).
-	RefundJobInterval time.Duration
+	RefundJobInterval time.Duration `env:"ONCEPAY_REFUND_JOB_INTERVAL" envDefault:"1m"`
 }
 
 // Channel is one payment channel of ONCEPAY_CHANNELS.
@@ -201,103 +210,121 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 		}
 		return def
 	}
+	// The library reads a map, and a lookup cannot be enumerated: fill the map with the
+	// variables the tags name, trimmed, leaving the blank ones out so that they get their
+	// envDefault. It is never nil: a nil Environment makes the library read os.Environ.
+	fields, err := env.GetFieldParams(&Config{})
+	if err != nil {
+		return Config{}, err
+	}
+	vars := make(map[string]string, len(fields))
+	for _, f := range fields {
+		if v := get(f.Key, ""); v != "" {
+			vars[f.Key] = v
+		}
+	}
 	var (
 		c    Config
 		errs []error
 	)
-	duration := func(name, def string) time.Duration {
-		raw := get(name, def)
-		d, err := time.ParseDuration(raw)
-		if err != nil || d < 0 {
-			errs = append(errs, fmt.Errorf("%s=%q is not a duration: use Go syntax such as 30s, 15m or 72h", name, raw))
-		}
-		return d
-	}
-	boolean := func(name, def string) bool {
-		raw := get(name, def)
-		b, err := strconv.ParseBool(raw)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q is not a boolean: use true or false", name, raw))
-		}
-		return b
+	if err := env.ParseWithOptions(&c, env.Options{Environment: vars, FuncMap: parsers}); err != nil {
+		errs = append(errs, explain(err, vars)...)
 	}
 
-	c.MySQLDSN = get("ONCEPAY_MYSQL_DSN", "")
-	c.DataDir = get("ONCEPAY_DATA_DIR", "./data")
-	redisAddrs, err := ParseRedisAddrs(get("ONCEPAY_REDIS_ADDR", ""))
-	if err != nil {
+	// What the tags cannot say: the lists parsed by hand, and the defaults that depend on
+	// other settings.
+	if c.RedisAddrs, err = ParseRedisAddrs(get("ONCEPAY_REDIS_ADDR", "")); err != nil {
 		errs = append(errs, err)
 	}
-	c.RedisAddrs = redisAddrs
-	c.EmbeddedRedisAddr = get("ONCEPAY_EMBEDDED_REDIS_ADDR", "127.0.0.1:16379")
-	rawDB := get("ONCEPAY_REDIS_DB", "0")
-	redisDB, err := strconv.Atoi(rawDB)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_DB=%q is not an integer: use a Redis logical database in 0..15", rawDB))
+	if _, set := vars["ONCEPAY_SEED_DEMO"]; !set {
+		c.SeedDemo = c.EmbeddedDB()
 	}
-	c.RedisDB = redisDB
-	c.RedisPrefix = get("ONCEPAY_REDIS_PREFIX", DefaultRedisPrefix)
-	for _, b := range strings.Split(get("ONCEPAY_KAFKA_BROKERS", ""), ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			c.KafkaBrokers = append(c.KafkaBrokers, b)
-		}
-	}
-	c.EmbeddedKafkaAddr = get("ONCEPAY_EMBEDDED_KAFKA_ADDR", "127.0.0.1:19092")
-	c.ChannelSecret = get("ONCEPAY_CHANNEL_SECRET", DevChannelSecret)
-	c.AdminKey = get("ONCEPAY_ADMIN_KEY", DevAdminKey)
 	// While either secret is its public dev-* default, the server listens on loopback only:
 	// anyone who can reach it could sign reports or use the admin routes.
-	defaultAddr := ":8080"
-	if c.ChannelSecret == DevChannelSecret || c.AdminKey == DevAdminKey {
-		defaultAddr = "127.0.0.1:8080"
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = ":8080"
+		if c.ChannelSecret == DevChannelSecret || c.AdminKey == DevAdminKey {
+			c.HTTPAddr = "127.0.0.1:8080"
+		}
 	}
-	c.HTTPAddr = get("ONCEPAY_HTTP_ADDR", defaultAddr)
-	c.SeedDemo = boolean("ONCEPAY_SEED_DEMO", strconv.FormatBool(c.MySQLDSN == ""))
-	c.OrderTTL = duration("ONCEPAY_ORDER_TTL", "15m")
-	c.LockTTL = duration("ONCEPAY_LOCK_TTL", "30s")
-	c.DedupRetention = duration("ONCEPAY_DEDUP_RETENTION", "720h")
-	c.MaxRedeliveryWindow = duration("ONCEPAY_MAX_REDELIVERY_WINDOW", "72h")
-	c.RedisFailureMode = RedisFailureMode(get("ONCEPAY_REDIS_FAILURE_MODE", string(RedisDegrade)))
-	c.Lab = boolean("ONCEPAY_LAB", "false")
-	c.ChaosPaymentDelay = duration("ONCEPAY_CHAOS_PAYMENT_DELAY", "0s")
-	c.CloseJobInterval = duration("ONCEPAY_CLOSE_JOB_INTERVAL", "30s")
-	c.PurgeJobInterval = duration("ONCEPAY_PURGE_JOB_INTERVAL", "1h")
-	c.ChannelURL = strings.TrimRight(get("ONCEPAY_CHANNEL_URL", ""), "/")
-	c.EmbeddedChannelAddr = get("ONCEPAY_EMBEDDED_CHANNEL_ADDR", "127.0.0.1:18090")
-	rawSchedule := get("ONCEPAY_CHANNEL_SIM_SCHEDULE", DefaultChannelSimSchedule)
-	if c.ChannelSimSchedule, err = ParseSchedule(rawSchedule); err != nil {
-		errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_SIM_SCHEDULE=%q: %w", rawSchedule, err))
+	c.ChannelURL = strings.TrimRight(c.ChannelURL, "/")
+	if c.PublicURL == "" {
+		c.PublicURL = defaultPublicURL(c.HTTPAddr)
 	}
-	c.PublicURL = strings.TrimRight(get("ONCEPAY_PUBLIC_URL", defaultPublicURL(c.HTTPAddr)), "/")
-	c.SignatureTolerance = duration("ONCEPAY_SIGNATURE_TOLERANCE", "5m")
-	channels, err := parseChannels(c, lookup, get)
-	if err != nil {
+	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	if c.Channels, err = parseChannels(c, get); err != nil {
 		errs = append(errs, err)
 	}
-	c.Channels = channels
-	defaultName := "simpay"
-	if !c.EmbeddedChannel() && len(channels) > 0 {
-		defaultName = channels[0].Name
+	if c.ChannelName == "" {
+		c.ChannelName = "simpay"
+		if !c.EmbeddedChannel() && len(c.Channels) > 0 {
+			c.ChannelName = c.Channels[0].Name
+		}
 	}
-	c.ChannelName = get("ONCEPAY_CHANNEL_NAME", defaultName)
-	c.ChannelTimeout = duration("ONCEPAY_CHANNEL_TIMEOUT", "5s")
-	rawRetries := get("ONCEPAY_CHANNEL_RETRIES", "3")
-	if c.ChannelRetries, err = strconv.Atoi(rawRetries); err != nil {
-		errs = append(errs, fmt.Errorf("ONCEPAY_CHANNEL_RETRIES=%q is not an integer: use 0..10 (default 3)", rawRetries))
-	}
-	c.ReconcileJobInterval = duration("ONCEPAY_RECONCILE_JOB_INTERVAL", "1m")
-	c.RefundJobInterval = duration("ONCEPAY_REFUND_JOB_INTERVAL", "1m")
-	rawNode := get("ONCEPAY_NODE_ID", "1")
-	node, err := strconv.ParseInt(rawNode, 10, 64)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("ONCEPAY_NODE_ID=%q is not an integer: use a number in 0..1023, distinct per instance", rawNode))
-	}
-	c.NodeID = node
 
 	if len(errs) == 0 {
 		errs = append(errs, c.validate()...)
 	}
 	return c, errors.Join(errs...)
+}
+
+// parsers are the library's parsers that oncepay replaces, by field type: a negative
+// duration is refused, ints take 64 bits (so that a huge ONCEPAY_REDIS_DB is out of range,
+// not "not an integer"), a string list is trimmed and drops empty elements
+// (ONCEPAY_KAFKA_BROKERS), and a duration list is the simulator's schedule.
+var parsers = map[reflect.Type]env.ParserFunc{
+	reflect.TypeFor[time.Duration](): func(v string) (any, error) {
+		d, err := time.ParseDuration(v)
+		if err == nil && d < 0 {
+			err = errors.New("negative")
+		}
+		return d, err
+	},
+	reflect.TypeFor[int](): func(v string) (any, error) { return strconv.Atoi(v) },
+	reflect.TypeFor[[]string](): func(v string) (any, error) {
+		var out []string
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+		return out, nil
+	},
+	reflect.TypeFor[[]time.Duration](): func(v string) (any, error) { return ParseSchedule(v) },
+}
+
+// explain turns the library's error, which names struct fields, into one line per problem
+// that names the variable, its value and what to write instead.
+func explain(err error, vars map[string]string) []error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return []error{err}
+	}
+	out := make([]error, len(agg.Errors))
+	for i, e := range agg.Errors {
+		out[i] = e
+		var pe env.ParseError
+		if !errors.As(e, &pe) {
+			continue
+		}
+		f, ok := reflect.TypeFor[Config]().FieldByName(pe.Name)
+		if !ok {
+			continue
+		}
+		name := f.Tag.Get("env")
+		raw := vars[name]
+		switch {
+		case f.Type == reflect.TypeFor[time.Duration]():
+			out[i] = fmt.Errorf("%s=%q is not a duration: use Go syntax such as 30s, 15m or 72h", name, raw)
+		case f.Type.Kind() == reflect.Bool:
+			out[i] = fmt.Errorf("%s=%q is not a boolean: use true or false", name, raw)
+		case f.Type.Kind() == reflect.Int || f.Type.Kind() == reflect.Int64:
+			out[i] = fmt.Errorf("%s=%q is not an integer: %s", name, raw, f.Tag.Get("envHint"))
+		default:
+			out[i] = fmt.Errorf("%s=%q: %w", name, raw, pe.Err)
+		}
+	}
+	return out
 }
 
 // validate checks the relations between settings once each has parsed.
@@ -356,6 +383,13 @@ func (c Config) validate() []error {
 	}
 	if c.ChannelURL == "" && !c.EmbeddedDB() {
 		errs = append(errs, errors.New("ONCEPAY_CHANNEL_URL is empty while ONCEPAY_MYSQL_DSN points at a real database: set the payment channel's base URL, or ONCEPAY_CHANNEL_URL=embedded to run the channel simulator on purpose (it pays any order on request: never in production)"))
+	}
+	urls := map[string]string{}
+	for _, ch := range c.Channels {
+		if other, taken := urls[ch.URL]; taken && ch.URL != "" {
+			errs = append(errs, fmt.Errorf("ONCEPAY_CHANNELS %s and %s share the base URL %s: oncepay's calls name no channel, so the two would be one provider, and a report under one name could have it refund the other's trade; give each its own ONCEPAY_CHANNEL_URL_<NAME>, or list the provider once", other, ch.Name, ch.URL))
+		}
+		urls[ch.URL] = ch.Name
 	}
 	if len(c.Channels) == 0 {
 		errs = append(errs, errors.New("ONCEPAY_CHANNELS is empty while ONCEPAY_CHANNEL_URL names a real channel: list the channels oncepay accepts reports from, such as alipay,wechat"))
@@ -421,7 +455,7 @@ func (c Config) LogValue() slog.Value {
 // ONCEPAY_CHANNEL_SECRET_<NAME>. The list defaults to DefaultEmbeddedChannels while the
 // channel is the embedded simulator, and is required otherwise: oncepay never guesses which
 // channels may pay it.
-func parseChannels(c Config, lookup func(string) (string, bool), get func(name, def string) string) ([]Channel, error) {
+func parseChannels(c Config, get func(name, def string) string) ([]Channel, error) {
 	def := ""
 	if c.EmbeddedChannel() {
 		def = DefaultEmbeddedChannels
@@ -446,8 +480,8 @@ func parseChannels(c Config, lookup func(string) (string, bool), get func(name, 
 		if !c.EmbeddedChannel() {
 			ch.URL = c.ChannelURL
 		}
-		if u, ok := lookup("ONCEPAY_CHANNEL_URL_" + upper); ok && strings.TrimSpace(u) != "" {
-			ch.URL = strings.TrimRight(strings.TrimSpace(u), "/")
+		if u := get("ONCEPAY_CHANNEL_URL_"+upper, ""); u != "" {
+			ch.URL = strings.TrimRight(u, "/")
 			if !httpURL(ch.URL) {
 				return nil, fmt.Errorf("ONCEPAY_CHANNEL_URL_%s=%q is not an http(s) URL: use the channel's base URL, such as https://openapi.alipay.com", upper, ch.URL)
 			}

@@ -325,6 +325,11 @@ func TestLoadFromInvalid(t *testing.T) {
 			lines: [][]string{{"ONCEPAY_CHANNEL_NAME=\"simpay\"", "not one of ONCEPAY_CHANNELS", "alipay,wechat"}},
 		},
 		{
+			name:  "two channels of one provider",
+			vars:  map[string]string{"ONCEPAY_CHANNEL_URL": "https://pay.example.com", "ONCEPAY_CHANNELS": "alipay,wechat"},
+			lines: [][]string{{"alipay and wechat share the base URL https://pay.example.com", "ONCEPAY_CHANNEL_URL_<NAME>"}},
+		},
+		{
 			name:  "a channel's own URL is not http",
 			vars:  map[string]string{"ONCEPAY_CHANNEL_URL_ALIPAY": "alipay.example"},
 			lines: [][]string{{"ONCEPAY_CHANNEL_URL_ALIPAY", "not an http(s) URL"}},

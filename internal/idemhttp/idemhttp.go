@@ -139,6 +139,9 @@ func (a *Adapter) Run(w http.ResponseWriter, r *http.Request, req idempotent.Req
 // r's instance and request id; logged as coming via http. Handlers that look at the guard's
 // answer before writing it (a trade_conflict) build their request with it.
 func Request(r *http.Request, key idempotent.Key, body []byte) idempotent.Request {
+	if len(body) == 0 {
+		body = emptyObject // an empty body and {} are one request (cancel, pay, a full refund)
+	}
 	return idempotent.Request{
 		Key:         key,
 		Fingerprint: idempotent.Fingerprint(r.Method, r.URL.Path, body),
@@ -146,6 +149,9 @@ func Request(r *http.Request, key idempotent.Key, body []byte) idempotent.Reques
 		Reject:      func(_ context.Context, err error) (idempotent.Response, bool) { return Problem(r, err) },
 	}
 }
+
+// emptyObject is the body an empty one is fingerprinted as.
+var emptyObject = []byte("{}")
 
 // Problem renders err as the stored answer of a refused request: a problem document with
 // the request's instance and request id. ok is false for errors that are not the client's

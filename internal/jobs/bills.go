@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -19,7 +20,8 @@ import (
 type Mismatch struct {
 	// Kind is the anomaly kind it is recorded as: reconcile_missing_payment (the channel was
 	// paid, oncepay knows no such payment), reconcile_payment_amount, reconcile_unbilled_payment
-	// (oncepay recorded a payment the bill lacks), reconcile_missing_refund,
+	// (oncepay recorded a payment the bill lacks), reconcile_unbilled_recharge (oncepay credited
+	// a recharge by a trade the bill lacks), reconcile_missing_refund,
 	// reconcile_refund_amount, reconcile_unbilled_refund.
 	Kind    string `json:"kind"`
 	Channel string `json:"channel"`
@@ -84,6 +86,9 @@ func (b *Bills) Reconcile(ctx context.Context, day time.Time) (BillReport, error
 	}
 	for _, m := range rep.Mismatches {
 		a := anomaly.Anomaly{Kind: m.Kind, Channel: m.Channel, TradeNo: m.TradeNo, Amount: max(m.ChannelAmount, m.OncepayAmount), Detail: m.Detail}
+		if strings.Contains(m.Kind, "refund") {
+			a.Space = "refund" // TradeNo holds the refund_no
+		}
 		if id, ok := ids.Parse(m.OrderID); ok {
 			a.OrderID = &id
 		}
@@ -124,6 +129,24 @@ func (b *Bills) compareTrades(ctx context.Context, billed []channel.Trade, from,
 			rep.add("reconcile_unbilled_payment", b.channel, p.TradeNo, ids.Format(p.OrderID), 0, p.Amount, "oncepay recorded this payment; the channel's bill of the day lacks it")
 		}
 	}
+	// Recharges are credited by the channel's reports alone: a credit the bill lacks is money
+	// oncepay gave that the channel never took.
+	var credited []struct {
+		ID      int64
+		TradeNo string
+		Amount  int64
+	}
+	err := b.db.WithContext(ctx).Table("recharges").Select("id, trade_no, amount").
+		Where("channel = ? AND status = ? AND succeeded_at >= ? AND succeeded_at < ?", b.channel, "SUCCEEDED", from, to).Scan(&credited).Error
+	if err != nil {
+		return err
+	}
+	for _, rc := range credited {
+		if !seen[rc.TradeNo] {
+			rep.add("reconcile_unbilled_recharge", b.channel, rc.TradeNo, "", 0, rc.Amount,
+				fmt.Sprintf("oncepay credited recharge %d by this trade; the channel's bill of the day lacks it", rc.ID))
+		}
+	}
 	return nil
 }
 
@@ -140,11 +163,14 @@ func (b *Bills) settle(ctx context.Context, t channel.Trade) string {
 	return "recorded"
 }
 
-// knownPayment returns the amount oncepay recorded for trade tradeNo: its payment, or the
-// anomaly that keeps a payment it could not apply.
+// knownPayment returns the amount oncepay recorded for trade tradeNo: its payment, the
+// recharge it credited, or the anomaly that keeps a payment it could not apply.
 func (b *Bills) knownPayment(ctx context.Context, tradeNo string) (int64, bool, error) {
 	var amounts []int64
 	err := b.db.WithContext(ctx).Model(&payment.Payment{}).Where("channel = ? AND trade_no = ?", b.channel, tradeNo).Pluck("amount", &amounts).Error
+	if err == nil && len(amounts) == 0 {
+		err = b.db.WithContext(ctx).Table("recharges").Where("channel = ? AND trade_no = ?", b.channel, tradeNo).Pluck("amount", &amounts).Error
+	}
 	if err == nil && len(amounts) == 0 {
 		err = b.db.WithContext(ctx).Model(&anomaly.Anomaly{}).
 			Where("channel = ? AND trade_no = ? AND kind IN ?", b.channel, tradeNo, []string{anomaly.PaidAfterClose, anomaly.DuplicatePayment, anomaly.AmountMismatch}).

@@ -94,7 +94,7 @@ func conflictDetail(r Report, owner Claim) string {
 // conflictAnomaly is the trade_conflict anomaly of r, whose number belongs to owner: once per
 // channel + number, however many copies arrive. It names the order or recharge r asked for.
 func conflictAnomaly(r Report, owner Claim) *anomaly.Anomaly {
-	a := &anomaly.Anomaly{Kind: anomaly.TradeConflict, Channel: r.Channel, TradeNo: r.Number, Amount: r.Amount, Detail: conflictDetail(r, owner)}
+	a := &anomaly.Anomaly{Kind: anomaly.TradeConflict, Channel: r.Channel, Space: r.space(), TradeNo: r.Number, Amount: r.Amount, Detail: conflictDetail(r, owner)}
 	if id, ok := r.OwnerID(); ok {
 		switch r.Kind {
 		case Trade:

@@ -35,6 +35,10 @@ func (p *Port) Handler(kind Kind) http.HandlerFunc {
 			idemhttp.Reject(w, req, err)
 			return
 		}
+		if sigs := req.Header.Values(reportsig.Header); len(sigs) > 1 {
+			idemhttp.Reject(w, req, apperr.ErrInvalidSignature.Withf("send one X-Signature header, not %d", len(sigs)))
+			return
+		}
 		if err := reportsig.Verify(secret, req.Header.Get(reportsig.Header), string(kind), body, p.cfg.Now(), p.cfg.Tolerance); err != nil {
 			idemhttp.Reject(w, req, signatureError(err))
 			return

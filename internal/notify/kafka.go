@@ -187,6 +187,9 @@ func (c *Consumer) admit(m kafka.Message) (Report, string) {
 	if sig == "" {
 		return Report{}, ReasonUnsigned
 	}
+	if headers(m, reportsig.Header) > 1 {
+		return Report{}, ReasonInvalidSignature // one signature, as over HTTP
+	}
 	secret, err := c.port.secretFor(m.Value)
 	switch {
 	case errors.Is(err, ErrUnknownChannel):
@@ -244,6 +247,17 @@ func (c *Consumer) deadLetter(ctx context.Context, m kafka.Message, reason strin
 			return false
 		}
 	}
+}
+
+// headers counts m's headers named key.
+func headers(m kafka.Message, key string) int {
+	n := 0
+	for _, h := range m.Headers {
+		if h.Key == key {
+			n++
+		}
+	}
+	return n
 }
 
 // header returns the value of m's header key and whether m has it.

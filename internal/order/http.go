@@ -160,6 +160,9 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 // that stores nothing, so the retry with the same key asks it again.
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 	key, body, err := idemhttp.KeyAndBody(r)
+	if err == nil && len(body) > 0 {
+		err = web.DecodeBytes(body, &struct{}{}) // a cancel carries nothing: empty, or {}
+	}
 	if err != nil {
 		idemhttp.Reject(w, r, err)
 		return

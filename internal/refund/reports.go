@@ -100,7 +100,7 @@ func (s *Reports) ended(ctx context.Context, tx *gorm.DB, id int64, to Status, r
 
 // kept is the anomaly of kind that keeps r, a report about refund rf.
 func (s *Reports) kept(kind string, rf Refund, r notify.Report, detail string) *anomaly.Anomaly {
-	return &anomaly.Anomaly{Kind: kind, OrderID: rf.OrderID, RechargeID: rf.RechargeID, Channel: r.Channel, TradeNo: r.Number, Amount: r.Amount, Detail: detail}
+	return &anomaly.Anomaly{Kind: kind, OrderID: rf.OrderID, RechargeID: rf.RechargeID, Channel: r.Channel, Space: "refund", TradeNo: r.Number, Amount: r.Amount, Detail: detail}
 }
 
 // lockOrder takes the row lock of order id in tx (a no-op read on SQLite, whose write

@@ -39,7 +39,9 @@ func NewService(db *gorm.DB, gen *ids.Generator, orders *order.Service, clients 
 
 // Create commits the first recovery point of a refund of userID's PAID order id, in tx (the
 // guard's): the order row is locked so that concurrent refunds of one order are counted one
-// after the other, the amount defaults to what is left and may not exceed it
+// after the other — a FAILED refund the channel later reported SUCCESS counts as refunded
+// (refund_status_conflict: the money went back) — the amount defaults to what is left and may
+// not exceed it
 // (ErrExceedsPaid), and the row is inserted PENDING with its fresh out_refund_no. The channel
 // is not called here: Submit does, after the commit, so that the number exists before any
 // call can have used it (I8).
@@ -53,7 +55,7 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID, id int64, amo
 	// from this transaction's snapshot, older than the refund that committed while it waited
 	// for the order's lock.
 	err = database.ForUpdate(tx.WithContext(ctx)).Model(&Refund{}).Select("COALESCE(SUM(amount), 0)").
-		Where("order_id = ? AND anomaly_id IS NULL AND status <> ?", o.ID, Failed).Scan(&refunded).Error
+		Where("order_id = ? AND anomaly_id IS NULL AND (status <> ? OR channel_status = ?)", o.ID, Failed, "SUCCESS").Scan(&refunded).Error
 	if err != nil {
 		return Refund{}, err
 	}
@@ -102,7 +104,7 @@ func (s *Service) Get(ctx context.Context, userID, id int64) (Refund, error) {
 func (s *Service) Submit(ctx context.Context, r Refund) (bool, error) {
 	client, ok := s.clients[r.Channel]
 	if !ok {
-		return s.fail(ctx, r, fmt.Sprintf("channel %q is not configured (ONCEPAY_CHANNELS): an operator must refund it", r.Channel))
+		return s.fail(ctx, r, fmt.Sprintf("channel %q has no API in this deployment (not in ONCEPAY_CHANNELS, or no URL of its own beside the embedded simulator): an operator must refund it at the channel", r.Channel))
 	}
 	req := channel.RefundRequest{OutRefundNo: r.OutRefundNo, Amount: r.Amount, NotifyURL: s.notifyURL}
 	if r.TradeNo != nil {

@@ -290,7 +290,7 @@ func TestSchemaDiffReportsDrift(t *testing.T) {
 	}
 	got := diff("base", base, "drifted", readSchema(t, drifted))
 	want := []string{
-		"table anomalies unique index uk_anomalies_trade: base has (kind, channel, trade_no), drifted has (channel, trade_no, kind)",
+		"table anomalies unique index uk_anomalies_trade: base has (kind, channel, space, trade_no), drifted has (channel, trade_no, kind)",
 		"table orders unique index uk_orders_trade (channel, trade_no): only in drifted",
 		"table refund_notes: only in drifted",
 		"table users column email: only in drifted",

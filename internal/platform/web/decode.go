@@ -2,14 +2,16 @@ package web
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-json-experiment/json"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 )
@@ -57,32 +59,49 @@ func Decode(r *http.Request, dst any) error {
 // invalid_request, invalid UTF-8 anywhere in the body, syntax errors, trailing data, a key
 // that appears twice in one object (at any depth), a key that names no field of the target
 // struct — also one that matches a field only when case is ignored, which encoding/json
-// would accept — and a value of the wrong JSON type or out of the Go type's range. The
-// problem's detail names the offending JSON field by its path ("items[0].quantity"), never
-// a Go type.
+// would accept — objects and arrays nested more than 64 levels deep, and a value of the wrong
+// JSON type or out of the Go type's range. The problem's detail names the offending JSON
+// field by its path ("items[0].quantity"), never a Go type.
 //
-// The body is checked in one pass against the target type's shape before encoding/json
-// fills dst, so that a refused body leaves dst untouched.
+// The body is decoded by encoding/json/v2's semantics (github.com/go-json-experiment/json)
+// into a fresh value, which replaces what dst points to only when the whole body is
+// accepted: a refused body leaves dst untouched, and an accepted one leaves zero the fields
+// that it does not name.
 func DecodeBytes(body []byte, dst any) error {
-	sh, err := targetShape(dst)
-	if err != nil {
-		return err
+	v := reflect.ValueOf(dst)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return errNotPointer
 	}
-	if err := check(body, sh); err != nil {
-		return apperr.ErrInvalidRequest.Withf("invalid JSON body: %s", err)
+	if !utf8.Valid(body) {
+		return apperr.ErrInvalidRequest.Withf("invalid JSON body: the body is not valid UTF-8")
 	}
-	if err := json.Unmarshal(body, dst); err != nil {
-		// The check above mirrors encoding/json's rules for the types handlers decode into;
-		// what it leaves to encoding/json (a custom unmarshaler's verdict, a map key, a
-		// float32's range) is reported without the library's words, which name Go types.
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return apperr.ErrInvalidRequest.Withf("invalid JSON body: field %q has an invalid value", typeErr.Field)
-		}
-		return apperr.ErrInvalidRequest.Withf("invalid JSON body: a value is invalid")
+	// Past the depth limit only what comes before it is decoded: an error up to there is the
+	// first, and otherwise the depth is.
+	deep, end := tooDeep(body), len(body)
+	if deep >= 0 {
+		end = deep
 	}
-	return nil
+	fresh := reflect.New(v.Type().Elem())
+	err := json.Unmarshal(body[:end], fresh.Interface(), strictOptions)
+	if err == nil && deep < 0 {
+		v.Elem().Set(fresh.Elem())
+		return nil
+	}
+	// The decoder stops at its first error; one of meaning comes after valid syntax.
+	var semErr *json.SemanticError
+	if errors.As(err, &semErr) {
+		return apperr.ErrInvalidRequest.Withf("invalid JSON body: %s", semanticError(body, semErr))
+	}
+	if msg, off := syntaxError(body); msg != "" && (deep < 0 || off <= deep) {
+		return apperr.ErrInvalidRequest.Withf("invalid JSON body: %s", msg)
+	}
+	if deep >= 0 {
+		return apperr.ErrInvalidRequest.Withf("invalid JSON body: objects and arrays nest more than %d levels at offset %d", maxDepth, deep)
+	}
+	return apperr.ErrInvalidRequest.Withf("invalid JSON body: a value is invalid")
 }
+
+var errNotPointer = errors.New("web: DecodeBytes needs a non-nil pointer")
 
 // PathParam returns the URL parameter name of r's route, percent-decoded. chi matches
 // routes on r.URL.RawPath when the request's path holds escapes that are not the default

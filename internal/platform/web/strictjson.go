@@ -1,718 +1,270 @@
 package web
 
 import (
+	"bytes"
 	"encoding"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// strictOptions are the rules of DecodeBytes that the library enforces, spelled out even
+// where they are its defaults.
+var strictOptions = json.JoinOptions(
+	jsontext.AllowDuplicateNames(false),
+	jsontext.AllowInvalidUTF8(false),
+	json.MatchCaseInsensitiveNames(false),
+	json.RejectUnknownMembers(true),
 )
 
 // maxDepth is how deeply objects and arrays may nest in a request body. No request of the
 // API nests more than a few levels; the limit keeps a hostile body from costing a deep
-// recursion.
+// recursion. The library's own limit is 10,000.
 const maxDepth = 64
 
-// kind is what JSON a Go type accepts, as encoding/json decodes into it.
-type kind uint8
-
-const (
-	kindAny    kind = iota // anything: interface{}, json.Unmarshaler, json.Number, ",string" fields
-	kindStruct             // an object whose keys are the struct's JSON field names
-	kindMap                // an object with any keys
-	kindArray              // an array (slice or array)
-	kindString             // a string (also []byte, base64, and encoding.TextUnmarshaler)
-	kindBool               // true or false
-	kindInt                // an integer within the type's bits
-	kindUint               // a non-negative integer within the type's bits
-	kindFloat              // a number within the type's bits
-)
-
-// want is how an error names what a kind accepts.
-var want = [...]string{
-	kindStruct: "an object",
-	kindMap:    "an object",
-	kindArray:  "an array",
-	kindString: "a string",
-	kindBool:   "true or false",
-	kindInt:    "an integer",
-	kindUint:   "a non-negative integer",
-	kindFloat:  "a number",
-}
-
-// shape is what the strict check needs to know about a Go type: the JSON it accepts and,
-// for containers, the shape of what they hold.
-type shape struct {
-	kind kind
-	bits int
-	// elem is the type of a map's values or an array's elements.
-	elem reflect.Type
-	// fields are a struct's JSON fields, by exact name.
-	fields map[string]field
-}
-
-// field is one JSON field of a struct.
-type field struct {
-	name  string
-	index int // the field's bit in the duplicate check
-	typ   reflect.Type
-}
-
-var (
-	shapes        sync.Map // reflect.Type → *shape
-	unmarshalerT  = reflect.TypeFor[json.Unmarshaler]()
-	textUnmarshT  = reflect.TypeFor[encoding.TextUnmarshaler]()
-	jsonNumberT   = reflect.TypeFor[json.Number]()
-	errNotPointer = errors.New("web: DecodeBytes needs a non-nil pointer")
-)
-
-// targetShape returns the shape of what dst points to.
-func targetShape(dst any) (*shape, error) {
-	v := reflect.ValueOf(dst)
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return nil, errNotPointer
+// tooDeep returns the offset of the first '[' or '{' of body that nests deeper than
+// maxDepth, or -1. It tells strings apart only to skip them, so it is exact up to body's
+// first syntax error, which is all DecodeBytes asks of it.
+func tooDeep(body []byte) int {
+	if bytes.Count(body, []byte{'['})+bytes.Count(body, []byte{'{'}) <= maxDepth {
+		return -1
 	}
-	return shapeOf(v.Type().Elem()), nil
-}
-
-// shapeOf returns t's shape, computed once per type. Pointers are followed the way
-// encoding/json follows them, stopping at a type that unmarshals itself.
-func shapeOf(t reflect.Type) *shape {
-	if sh, ok := shapes.Load(t); ok {
-		return sh.(*shape)
+	depth, inString := 0, false
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; {
+		case inString && c == '\\':
+			i++
+		case inString:
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			if depth++; depth > maxDepth {
+				return i
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
 	}
-	sh := computeShape(t)
-	shapes.Store(t, sh)
-	return sh
+	return -1
 }
 
-func computeShape(t reflect.Type) *shape {
+// semanticError words the library's semantic refusal of body in the project's terms: the offending field
+// by its JSON path, never a Go type, which the library's own messages name.
+func semanticError(body []byte, e *json.SemanticError) string {
+	dec, _ := tokens(body[:min(int(e.ByteOffset), len(body))])
+	subject := subject(dec, e.JSONPointer)
+	switch {
+	case errors.Is(e.Err, json.ErrUnknownName):
+		return "unknown " + subject + caseHint(e.GoType, e.JSONPointer.LastToken())
+	case errors.Is(e.Err, strconv.ErrRange):
+		return subject + " is out of range"
+	case e.Err == nil || errors.Is(e.Err, strconv.ErrSyntax):
+		if w := wants(e.GoType); w != "" {
+			return subject + " must be " + w
+		}
+	}
+	return subject + " has an invalid value"
+}
+
+// tokens reads body's tokens in order, up to its first syntax error or the end of its first
+// JSON value, and returns the decoder there, whose stack holds the objects and arrays open
+// at that point, and the error.
+func tokens(body []byte) (*jsontext.Decoder, error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
 	for {
-		pt := reflect.PointerTo(t)
+		if _, err := dec.ReadToken(); err != nil || dec.StackDepth() == 0 {
+			return dec, err
+		}
+	}
+}
+
+// syntaxWords word the library's syntax errors, known by how they end, or begin.
+var syntaxWords = []struct{ lib, ours string }{
+	{"after object name (expecting ':')", "expected ':' after a field name"},
+	{"after object value (expecting ',' or '}')", "expected ',' or '}' after an object field"},
+	{"after array element (expecting ',' or ']')", "expected ',' or ']' after an array element"},
+	{"in number (expecting digit)", "invalid number"},
+	{"in string (expecting non-control character)", "control character in a string"},
+	{"invalid surrogate pair", `unpaired surrogate in a \u escape (not valid UTF-8)`},
+	{"invalid escape sequence", "invalid escape in a string"},
+}
+
+// syntaxError describes body's first syntax error and returns its offset, or "" when body is
+// one JSON value. It reads the tokens in order, as the decoder does not: that one reads some
+// values whole before it looks at them, and can meet a later error first.
+func syntaxError(body []byte) (string, int) {
+	dec, err := tokens(body)
+	if err == nil {
+		rest := bytes.TrimLeft(body[dec.InputOffset():], space)
+		if len(rest) == 0 {
+			return "", len(body)
+		}
+		off := len(body) - len(rest)
+		return fmt.Sprintf("unexpected data after the JSON value at offset %d", off), off
+	}
+	if len(bytes.TrimLeft(body, space)) == 0 {
+		return "the body is empty", len(body)
+	}
+	kind, length := dec.StackIndex(dec.StackDepth())
+	wantName := kind == '{' && length%2 == 0
+	off, msg := len(body), ""
+	var e *jsontext.SyntacticError
+	if errors.As(err, &e) && !errors.Is(e.Err, io.ErrUnexpectedEOF) {
+		off, msg = min(int(e.ByteOffset), len(body)), fmt.Sprint(e.Err)
+	}
+	switch {
+	case errors.Is(err, jsontext.ErrDuplicateName):
+		return "duplicate " + subject(dec, e.JSONPointer), off
+	case msg == "":
+		// Cut short: a literal, or anything but a string where a name belongs, is wrong
+		// from its start.
+		rest := bytes.TrimLeft(body[dec.InputOffset():], space+",:")
+		if len(rest) > 0 && ('a' <= rest[0] && rest[0] <= 'z' || wantName && rest[0] != '"') {
+			off = len(body) - len(rest)
+		}
+	case strings.Contains(msg, " in literal ") || wantName && strings.HasSuffix(msg, "in number (expecting digit)"):
+		for off > 0 && strings.IndexByte("abcdefghijklmnopqrstuvwxyz0123456789+-.E", body[off-1]) >= 0 {
+			off--
+		}
+	case errors.Is(err, jsontext.ErrNonStringName):
+	case !wantName && strings.HasSuffix(msg, "after object value (expecting ',' or '}')"):
+		// The library's words also for a bracket after a name: the character is wrong.
+	case strings.HasPrefix(msg, "invalid escape sequence") && off+1 < len(body) && body[off+1] == 'u':
+		return fmt.Sprintf(`invalid \u escape at offset %d`, off), off
+	default:
+		for _, w := range syntaxWords {
+			if strings.HasSuffix(msg, w.lib) || strings.HasPrefix(msg, w.lib) {
+				return fmt.Sprintf("%s at offset %d", w.ours, off), off
+			}
+		}
+		// What is left ("at start of value") is about the character at off, unless that is
+		// a delimiter right after a member, which the library blames for what follows it.
+		before := bytes.TrimRight(body[:off], space)
+		if length > 0 && (kind == '[' || wantName) && !bytes.HasSuffix(before, []byte(",")) && off < len(body) {
+			next := len(body) - len(bytes.TrimLeft(body[off+1:], space))
+			switch {
+			case body[off] == ',' && next < len(body) && (body[next] == '}' || body[next] == ']'):
+				off = next // the comma is in its place; what follows it is not
+			case body[off] == ':' && kind == '[':
+				return fmt.Sprintf("expected ',' or ']' after an array element at offset %d", off), off
+			case body[off] == ':':
+				return fmt.Sprintf("expected ',' or '}' after an object field at offset %d", off), off
+			}
+		}
+	}
+	switch {
+	case off >= len(body):
+		return "the body ends in the middle of the JSON value", len(body)
+	case wantName:
+		return fmt.Sprintf("expected a field name at offset %d", off), off
+	}
+	return fmt.Sprintf("invalid character %q at offset %d", body[off], off), off
+}
+
+// space is JSON's whitespace.
+const space = " \t\r\n"
+
+// subject names the value at ptr, with dec stopped where the library found it:
+// `field "items[0].quantity"`, or "the body" at the root. A JSON pointer spells an array
+// index and an object key alike; the kinds of dec's open values tell them apart.
+func subject(dec *jsontext.Decoder, ptr jsontext.Pointer) string {
+	if ptr == "" {
+		return "the body"
+	}
+	var path strings.Builder
+	i := 0
+	for tok := range ptr.Tokens() {
+		var kind jsontext.Kind
+		if i++; i <= dec.StackDepth() {
+			kind, _ = dec.StackIndex(i)
+		}
 		switch {
-		case t == jsonNumberT || t.Implements(unmarshalerT) || pt.Implements(unmarshalerT):
-			return &shape{kind: kindAny}
-		case t.Implements(textUnmarshT) || pt.Implements(textUnmarshT):
-			return &shape{kind: kindString}
+		case kind == '[':
+			path.WriteString("[" + tok + "]")
+		case i > 1:
+			path.WriteString("." + tok)
+		default:
+			path.WriteString(tok)
 		}
-		if t.Kind() != reflect.Pointer {
-			break
+	}
+	return "field " + strconv.Quote(path.String())
+}
+
+// caseHint says which field of struct t the unknown name matches when case is ignored, as
+// encoding/json would have taken it.
+func caseHint(t reflect.Type, name string) string {
+	for _, field := range jsonNames(t, 0) {
+		if strings.EqualFold(field, name) {
+			return ": field names are case-sensitive, did you mean " + strconv.Quote(field) + "?"
 		}
+	}
+	return ""
+}
+
+// jsonNames returns the JSON names of struct t's fields: the json tag's name or the Go
+// name, exported fields only, "-" skipped, the fields of untagged embedded structs promoted.
+func jsonNames(t reflect.Type, depth int) []string {
+	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == nil || t.Kind() != reflect.Struct || depth > 8 {
+		return nil
+	}
+	var names []string
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		tag := sf.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		switch {
+		case tag == "-":
+		case sf.Anonymous && name == "":
+			names = append(names, jsonNames(sf.Type, depth+1)...)
+		case sf.IsExported() && name == "":
+			names = append(names, sf.Name)
+		case sf.IsExported():
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+var textUnmarshalerT = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// wants says what JSON a Go type takes, in JSON's words, or "" when the type judges its own.
+func wants(t reflect.Type) string {
+	if t == nil {
+		return ""
+	}
+	if t.Implements(textUnmarshalerT) || reflect.PointerTo(t).Implements(textUnmarshalerT) {
+		return "a string"
+	}
 	switch t.Kind() {
-	case reflect.Struct:
-		return &shape{kind: kindStruct, fields: structFields(t)}
-	case reflect.Map:
-		return &shape{kind: kindMap, elem: t.Elem()}
+	case reflect.Struct, reflect.Map:
+		return "an object"
 	case reflect.Slice:
-		if t.Elem().Kind() == reflect.Uint8 && !isCustom(t.Elem()) {
-			return &shape{kind: kindString} // []byte is base64 text
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a string" // []byte is base64 text
 		}
-		return &shape{kind: kindArray, elem: t.Elem()}
+		return "an array"
 	case reflect.Array:
-		return &shape{kind: kindArray, elem: t.Elem()}
+		return "an array"
 	case reflect.String:
-		return &shape{kind: kindString}
+		return "a string"
 	case reflect.Bool:
-		return &shape{kind: kindBool}
+		return "true or false"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return &shape{kind: kindInt, bits: t.Bits()}
+		return "an integer"
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return &shape{kind: kindUint, bits: t.Bits()}
+		return "a non-negative integer"
 	case reflect.Float32, reflect.Float64:
-		return &shape{kind: kindFloat, bits: t.Bits()}
-	default:
-		return &shape{kind: kindAny} // interfaces; encoding/json judges the rest
+		return "a number"
 	}
-}
-
-// isCustom reports whether t unmarshals itself from JSON or text.
-func isCustom(t reflect.Type) bool {
-	pt := reflect.PointerTo(t)
-	return t.Implements(unmarshalerT) || pt.Implements(unmarshalerT) || t.Implements(textUnmarshT) || pt.Implements(textUnmarshT)
-}
-
-// structFields returns t's JSON fields by name, as encoding/json names them: the json tag's
-// name or the Go name, exported fields only, "-" skipped, the fields of untagged embedded
-// structs promoted unless a shallower field has the same name. A ",string" field accepts
-// any JSON here and is judged by encoding/json.
-func structFields(t reflect.Type) map[string]field {
-	fields := map[string]field{}
-	var walk func(t reflect.Type, depth int)
-	walk = func(t reflect.Type, depth int) {
-		var embedded []reflect.Type
-		for i := range t.NumField() {
-			sf := t.Field(i)
-			tag := sf.Tag.Get("json")
-			if tag == "-" {
-				continue
-			}
-			name, opts, _ := strings.Cut(tag, ",")
-			ft := sf.Type
-			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			if sf.Anonymous && name == "" && ft.Kind() == reflect.Struct {
-				embedded = append(embedded, ft)
-				continue
-			}
-			if !sf.IsExported() {
-				continue
-			}
-			if name == "" {
-				name = sf.Name
-			}
-			if _, taken := fields[name]; taken {
-				continue
-			}
-			typ := sf.Type
-			if strings.Contains(","+opts+",", ",string,") {
-				typ = reflect.TypeFor[any]()
-			}
-			fields[name] = field{name: name, index: len(fields), typ: typ}
-		}
-		if depth < 8 {
-			for _, et := range embedded {
-				walk(et, depth+1)
-			}
-		}
-	}
-	walk(t, 0)
-	return fields
-}
-
-// checkError is a refusal of the strict check. Its message names the JSON field by its path,
-// built on the way back up from where the error was found.
-type checkError struct {
-	// format has one %s for the subject: `field "items[0].sku"`, or "the body" at the root.
-	// A syntax error's format has none and names an offset instead.
-	format string
-	// path holds the segments from the offending value up to the root, innermost first.
-	path []segment
-}
-
-// segment is one step of a path: an object key or an array index.
-type segment struct {
-	key   string
-	index int // -1 for a key
-}
-
-func (e *checkError) Error() string {
-	if !strings.Contains(e.format, "%s") {
-		return e.format
-	}
-	if len(e.path) == 0 {
-		return fmt.Sprintf(e.format, "the body")
-	}
-	var b strings.Builder
-	for i := len(e.path) - 1; i >= 0; i-- {
-		switch s := e.path[i]; {
-		case s.index >= 0:
-			b.WriteString("[" + strconv.Itoa(s.index) + "]")
-		case i < len(e.path)-1:
-			b.WriteString("." + s.key)
-		default:
-			b.WriteString(s.key)
-		}
-	}
-	return fmt.Sprintf(e.format, "field "+strconv.Quote(b.String()))
-}
-
-// at adds a path segment to err when it is a checkError.
-func at(err error, s segment) error {
-	if ce, ok := err.(*checkError); ok {
-		ce.path = append(ce.path, s)
-	}
-	return err
-}
-
-// checker walks a JSON document and its target's shape together.
-type checker struct {
-	data []byte
-	pos  int
-}
-
-// check validates body, one JSON value for a target of shape sh.
-func check(body []byte, sh *shape) error {
-	if !utf8.Valid(body) {
-		return &checkError{format: "the body is not valid UTF-8"}
-	}
-	c := checker{data: body}
-	c.space()
-	if c.pos == len(c.data) {
-		return &checkError{format: "the body is empty"}
-	}
-	if err := c.value(sh, 0); err != nil {
-		return err
-	}
-	c.space()
-	if c.pos != len(c.data) {
-		return &checkError{format: "unexpected data after the JSON value at offset " + strconv.Itoa(c.pos)}
-	}
-	return nil
-}
-
-func (c *checker) space() {
-	for c.pos < len(c.data) {
-		switch c.data[c.pos] {
-		case ' ', '\t', '\n', '\r':
-			c.pos++
-		default:
-			return
-		}
-	}
-}
-
-func (c *checker) syntax(what string) error {
-	if c.pos >= len(c.data) {
-		return &checkError{format: "the body ends in the middle of the JSON value"}
-	}
-	return &checkError{format: fmt.Sprintf("%s at offset %d", what, c.pos)}
-}
-
-// mismatch is a value of the wrong JSON type for sh.
-func mismatch(sh *shape) error {
-	return &checkError{format: "%s must be " + want[sh.kind]}
-}
-
-// value checks the value at c.pos for a target of shape sh (nil: anything).
-func (c *checker) value(sh *shape, depth int) error {
-	c.space()
-	if c.pos >= len(c.data) {
-		return c.syntax("")
-	}
-	switch b := c.data[c.pos]; {
-	case b == '{':
-		if depth >= maxDepth {
-			return c.syntax(fmt.Sprintf("objects and arrays nest more than %d levels", maxDepth))
-		}
-		return c.object(sh, depth+1)
-	case b == '[':
-		if depth >= maxDepth {
-			return c.syntax(fmt.Sprintf("objects and arrays nest more than %d levels", maxDepth))
-		}
-		return c.array(sh, depth+1)
-	case b == '"':
-		if _, _, err := c.str(); err != nil {
-			return err
-		}
-		if sh != nil && sh.kind != kindAny && sh.kind != kindString {
-			return mismatch(sh)
-		}
-		return nil
-	case b == 't':
-		return c.literal("true", sh, kindBool)
-	case b == 'f':
-		return c.literal("false", sh, kindBool)
-	case b == 'n':
-		return c.literal("null", nil, kindAny) // null suits every type: it leaves the value alone
-	case b == '-' || ('0' <= b && b <= '9'):
-		return c.number(sh)
-	default:
-		return c.syntax(fmt.Sprintf("invalid character %q", b))
-	}
-}
-
-func (c *checker) literal(lit string, sh *shape, k kind) error {
-	if len(c.data)-c.pos < len(lit) || string(c.data[c.pos:c.pos+len(lit)]) != lit {
-		return c.syntax(fmt.Sprintf("invalid character %q", c.data[c.pos]))
-	}
-	c.pos += len(lit)
-	if sh != nil && sh.kind != kindAny && sh.kind != k {
-		return mismatch(sh)
-	}
-	return nil
-}
-
-// number checks a JSON number and, for integer targets, that it is an integer in range.
-func (c *checker) number(sh *shape) error {
-	start := c.pos
-	neg := c.data[c.pos] == '-'
-	if neg {
-		c.pos++
-	}
-	digits := c.pos
-	switch {
-	case c.pos < len(c.data) && c.data[c.pos] == '0':
-		c.pos++
-	case c.pos < len(c.data) && '1' <= c.data[c.pos] && c.data[c.pos] <= '9':
-		for c.pos < len(c.data) && isDigit(c.data[c.pos]) {
-			c.pos++
-		}
-	default:
-		return c.syntax("invalid number")
-	}
-	intEnd := c.pos
-	if c.pos < len(c.data) && c.data[c.pos] == '.' {
-		c.pos++
-		if !c.digits() {
-			return c.syntax("invalid number")
-		}
-	}
-	if c.pos < len(c.data) && (c.data[c.pos] == 'e' || c.data[c.pos] == 'E') {
-		c.pos++
-		if c.pos < len(c.data) && (c.data[c.pos] == '+' || c.data[c.pos] == '-') {
-			c.pos++
-		}
-		if !c.digits() {
-			return c.syntax("invalid number")
-		}
-	}
-	if sh == nil {
-		return nil
-	}
-	switch sh.kind {
-	case kindAny:
-		return nil
-	case kindFloat:
-		if _, err := strconv.ParseFloat(string(c.data[start:c.pos]), sh.bits); err != nil {
-			return &checkError{format: "%s is out of range"}
-		}
-		return nil
-	case kindInt, kindUint:
-		if intEnd != c.pos || (neg && sh.kind == kindUint) {
-			return mismatch(sh)
-		}
-		limit := uint64(1)<<(sh.bits-1) - 1 // the largest int of these bits
-		switch {
-		case sh.kind == kindUint:
-			limit = limit<<1 | 1
-		case neg:
-			limit++
-		}
-		if n, ok := parseUint(c.data[digits:intEnd]); !ok || n > limit {
-			return &checkError{format: "%s is out of range"}
-		}
-		return nil
-	default:
-		return mismatch(sh)
-	}
-}
-
-func isDigit(b byte) bool { return '0' <= b && b <= '9' }
-
-// digits consumes one or more digits.
-func (c *checker) digits() bool {
-	start := c.pos
-	for c.pos < len(c.data) && isDigit(c.data[c.pos]) {
-		c.pos++
-	}
-	return c.pos > start
-}
-
-// parseUint parses decimal digits, reporting overflow of uint64.
-func parseUint(b []byte) (uint64, bool) {
-	var n uint64
-	for _, d := range b {
-		if n > (1<<64-1)/10 {
-			return 0, false
-		}
-		n = n*10 + uint64(d-'0')
-		if n < uint64(d-'0') {
-			return 0, false
-		}
-	}
-	return n, true
-}
-
-// str consumes a string and returns its raw content (between the quotes) and whether it
-// holds escapes. Control characters and escapes that are not JSON's are refused, and so is a
-// \u escape of half a surrogate pair, which could only decode to invalid UTF-8.
-func (c *checker) str() (raw []byte, escaped bool, err error) {
-	c.pos++ // the opening quote
-	start := c.pos
-	for c.pos < len(c.data) {
-		switch b := c.data[c.pos]; {
-		case b == '"':
-			raw = c.data[start:c.pos]
-			c.pos++
-			return raw, escaped, nil
-		case b < 0x20:
-			return nil, false, c.syntax("control character in a string")
-		case b == '\\':
-			escaped = true
-			if err := c.escape(); err != nil {
-				return nil, false, err
-			}
-		default:
-			c.pos++
-		}
-	}
-	return nil, false, c.syntax("")
-}
-
-// escape consumes one escape sequence at c.pos.
-func (c *checker) escape() error {
-	if c.pos+1 >= len(c.data) {
-		return c.syntax("")
-	}
-	switch c.data[c.pos+1] {
-	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-		c.pos += 2
-		return nil
-	case 'u':
-		r, ok := hex4(c.data[c.pos+2:])
-		if !ok {
-			return c.syntax("invalid \\u escape")
-		}
-		switch {
-		case utf16.IsSurrogate(r) && r < 0xDC00:
-			if c.pos+7 < len(c.data) && c.data[c.pos+6] == '\\' && c.data[c.pos+7] == 'u' {
-				if lo, ok := hex4(c.data[c.pos+8:]); ok && 0xDC00 <= lo && lo <= 0xDFFF {
-					c.pos += 12
-					return nil
-				}
-			}
-			return c.syntax("unpaired surrogate in a \\u escape (not valid UTF-8)")
-		case utf16.IsSurrogate(r):
-			return c.syntax("unpaired surrogate in a \\u escape (not valid UTF-8)")
-		}
-		c.pos += 6
-		return nil
-	default:
-		return c.syntax("invalid escape in a string")
-	}
-}
-
-// hex4 parses the four hex digits of a \u escape.
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, h := range b[:4] {
-		switch {
-		case '0' <= h && h <= '9':
-			h -= '0'
-		case 'a' <= h && h <= 'f':
-			h -= 'a' - 10
-		case 'A' <= h && h <= 'F':
-			h -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(h)
-	}
-	return r, true
-}
-
-// unescape decodes the content of a string already checked by str.
-func unescape(raw []byte) string {
-	out := make([]byte, 0, len(raw))
-	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' {
-			out = append(out, raw[i])
-			continue
-		}
-		i++
-		switch raw[i] {
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, _ := hex4(raw[i+1:])
-			i += 4
-			if utf16.IsSurrogate(r) {
-				lo, _ := hex4(raw[i+3:])
-				r = utf16.DecodeRune(r, lo)
-				i += 6
-			}
-			out = utf8.AppendRune(out, r)
-		default: // '"', '\\', '/'
-			out = append(out, raw[i])
-		}
-	}
-	return string(out)
-}
-
-// object checks an object for a target of shape sh: no key twice, and for a struct only its
-// fields' exact names.
-func (c *checker) object(sh *shape, depth int) error {
-	if sh != nil && sh.kind != kindAny && sh.kind != kindStruct && sh.kind != kindMap {
-		return mismatch(sh)
-	}
-	var seen seenKeys
-	c.pos++ // '{'
-	c.space()
-	if c.pos < len(c.data) && c.data[c.pos] == '}' {
-		c.pos++
-		return nil
-	}
-	for {
-		c.space()
-		if c.pos >= len(c.data) || c.data[c.pos] != '"' {
-			return c.syntax("expected a field name")
-		}
-		raw, escaped, err := c.str()
-		if err != nil {
-			return err
-		}
-		var key string
-		if escaped {
-			key = unescape(raw)
-		}
-		var elem *shape
-		if sh != nil && sh.kind == kindStruct {
-			if !escaped {
-				// A lookup by string(raw) does not allocate.
-				f, ok := sh.fields[string(raw)]
-				if !ok {
-					return unknownField(sh, string(raw))
-				}
-				if seen.bit(f.index) {
-					return &checkError{format: "duplicate %s", path: []segment{{key: f.name, index: -1}}}
-				}
-				key, elem = f.name, shapeOf(f.typ)
-			} else {
-				f, ok := sh.fields[key]
-				if !ok {
-					return unknownField(sh, key)
-				}
-				if seen.bit(f.index) {
-					return &checkError{format: "duplicate %s", path: []segment{{key: f.name, index: -1}}}
-				}
-				elem = shapeOf(f.typ)
-			}
-		} else {
-			if !escaped {
-				key = string(raw)
-			}
-			if seen.key(key) {
-				return &checkError{format: "duplicate %s", path: []segment{{key: key, index: -1}}}
-			}
-			if sh != nil && sh.kind == kindMap {
-				elem = shapeOf(sh.elem)
-			}
-		}
-		c.space()
-		if c.pos >= len(c.data) || c.data[c.pos] != ':' {
-			return c.syntax("expected ':' after a field name")
-		}
-		c.pos++
-		if err := c.value(elem, depth); err != nil {
-			return at(err, segment{key: key, index: -1})
-		}
-		c.space()
-		if c.pos >= len(c.data) {
-			return c.syntax("")
-		}
-		switch c.data[c.pos] {
-		case ',':
-			c.pos++
-		case '}':
-			c.pos++
-			return nil
-		default:
-			return c.syntax("expected ',' or '}' after an object field")
-		}
-	}
-}
-
-// unknownField refuses key, which names no field of sh; a key that differs from a field's
-// name only in case says so, since encoding/json would have taken it for that field.
-func unknownField(sh *shape, key string) error {
-	err := &checkError{format: "unknown %s", path: []segment{{key: key, index: -1}}}
-	for name := range sh.fields {
-		if strings.EqualFold(name, key) {
-			err.format = "unknown %s: field names are case-sensitive, did you mean " + strconv.Quote(name) + "?"
-			break
-		}
-	}
-	return err
-}
-
-// array checks an array for a target of shape sh.
-func (c *checker) array(sh *shape, depth int) error {
-	if sh != nil && sh.kind != kindAny && sh.kind != kindArray {
-		return mismatch(sh)
-	}
-	var elem *shape
-	if sh != nil && sh.kind == kindArray {
-		elem = shapeOf(sh.elem)
-	}
-	c.pos++ // '['
-	c.space()
-	if c.pos < len(c.data) && c.data[c.pos] == ']' {
-		c.pos++
-		return nil
-	}
-	for i := 0; ; i++ {
-		if err := c.value(elem, depth); err != nil {
-			return at(err, segment{index: i})
-		}
-		c.space()
-		if c.pos >= len(c.data) {
-			return c.syntax("")
-		}
-		switch c.data[c.pos] {
-		case ',':
-			c.pos++
-		case ']':
-			c.pos++
-			return nil
-		default:
-			return c.syntax("expected ',' or ']' after an array element")
-		}
-	}
-}
-
-// seenKeys remembers the keys of one object: struct fields by their bit, other keys by name.
-type seenKeys struct {
-	bits  uint64
-	more  map[int]bool
-	names []string
-	set   map[string]struct{}
-}
-
-// bit marks struct field i, reporting whether it was already marked.
-func (s *seenKeys) bit(i int) bool {
-	if i < 64 {
-		was := s.bits&(1<<i) != 0
-		s.bits |= 1 << i
-		return was
-	}
-	if s.more == nil {
-		s.more = map[int]bool{}
-	}
-	was := s.more[i]
-	s.more[i] = true
-	return was
-}
-
-// key marks key, reporting whether it was already marked. Small objects are searched
-// linearly; large ones move to a set.
-func (s *seenKeys) key(k string) bool {
-	if s.set == nil {
-		for _, n := range s.names {
-			if n == k {
-				return true
-			}
-		}
-		if len(s.names) < 16 {
-			s.names = append(s.names, k)
-			return false
-		}
-		s.set = make(map[string]struct{}, 32)
-		for _, n := range s.names {
-			s.set[n] = struct{}{}
-		}
-	}
-	if _, ok := s.set[k]; ok {
-		return true
-	}
-	s.set[k] = struct{}{}
-	return false
+	return ""
 }
