@@ -27,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -254,7 +255,7 @@ var strategies = []strategy{
 		pool := se.pools[i]
 		anomalies := anomaly.NewRecorder(pool, gen)
 		recharges := account.NewRecharges(pool, gen, account.NewLedger(pool, gen), anomalies)
-		guard := idempotent.New(pool, rdb, idempotent.Config{Classify: database.Classify, NewID: gen.Next})
+		guard := idempotent.New(pool, rdb, idempotent.Config{Classify: idemhttp.Classify(pool), NewID: gen.Next})
 		port := notify.New(notify.Config{Guard: guard, DB: pool, Anomalies: anomalies, Secrets: map[string]string{"bench": "bench-secret"}},
 			map[notify.Kind]notify.Applier{notify.Recharge: recharges})
 		return (&oncepayStack{port: port}).credit

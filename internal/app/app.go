@@ -155,7 +155,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		Retention:          cfg.DedupRetention,
 		RejectWithoutRedis: cfg.RedisFailureMode == config.RedisReject,
 		BeforeWork:         chaosDelay(cfg.ChaosPaymentDelay, notify.BizTypeTrade),
-		Classify:           database.Classify,
+		Classify:           idemhttp.Classify(a.DB),
 		Reject:             idemhttp.StoredProblem,
 		NewID:              a.IDs.Next,
 		RequestID:          requestid.From,

@@ -26,10 +26,22 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/mysqlerr"
+	"github.com/oncepay/oncepay/idempotent/sqliteerr"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"gorm.io/gorm"
 )
+
+// Classify is the kit's classifier of db's dialect, for idempotent.Config's Classify: by
+// MySQL error number (mysqlerr) or SQLite extended result code (sqliteerr), never by text.
+func Classify(db *gorm.DB) func(error) idempotent.ErrorClass {
+	if db.Dialector.Name() == "mysql" {
+		return mysqlerr.Classify
+	}
+	return sqliteerr.Classify
+}
 
 // HTTP headers of the idempotency protocol.
 const (

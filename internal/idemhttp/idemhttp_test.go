@@ -186,7 +186,7 @@ type httpEnv struct {
 }
 
 // newHTTPEnv serves POST /v1/things, POST /v1/things/{id}/cancel and POST
-// /v1/idempotency-tokens through a guard with cfg (Classify is database.Classify, as in
+// /v1/idempotency-tokens through a guard with cfg (Classify is idemhttp.Classify, as in
 // oncepay's app). rdb, when not nil, replaces the test's Redis (testenv.Unreachable).
 func newHTTPEnv(t *testing.T, cfg idempotent.Config, rdb redis.UniversalClient) *httpEnv {
 	t.Helper()
@@ -202,7 +202,7 @@ func newHTTPEnv(t *testing.T, cfg idempotent.Config, rdb redis.UniversalClient) 
 	if rdb == nil {
 		rdb = e.rdb
 	}
-	cfg.Classify = database.Classify
+	cfg.Classify = idemhttp.Classify(db)
 	cfg.Registerer = prometheus.NewRegistry()
 	e.guard = idempotent.New(db, rdb, cfg)
 	adapter := idemhttp.New(e.guard)
@@ -591,7 +591,7 @@ func TestWorkRunsInTheDedupTransaction(t *testing.T) {
 
 // abortFirstRecord makes the database abort the INSERT of the dedup record numbered 1 as a
 // deadlock would, after the work ran (a trigger: MySQL error 1213, SQLite "database is
-// locked", both aborted to database.Classify). The guard's Config.NewID must number the
+// locked", both aborted to idemhttp.Classify). The guard's Config.NewID must number the
 // records 1, 2, 3 … (see counter).
 func abortFirstRecord(t *testing.T, db *gorm.DB) {
 	t.Helper()

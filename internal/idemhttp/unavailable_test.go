@@ -13,7 +13,6 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -24,8 +23,9 @@ import (
 // stored, and the retry with the same key runs the work and answers 201 executed (issue: 503
 // not 500).
 func TestDatabaseDownIsNotStored(t *testing.T) {
-	guard := idempotent.New(testenv.DB(t), testenv.Redis(t).Client, idempotent.Config{
-		Classify: database.Classify,
+	db := testenv.DB(t)
+	guard := idempotent.New(db, testenv.Redis(t).Client, idempotent.Config{
+		Classify: idemhttp.Classify(db),
 		Reject:   idemhttp.StoredProblem,
 	})
 	adapter := idemhttp.New(guard)

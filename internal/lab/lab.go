@@ -67,14 +67,14 @@ func New(db *gorm.DB, rdb redis.UniversalClient, redisPrefix string, gen *ids.Ge
 		LockTTL:    staleLease,
 		NoWatchdog: true,
 		BeforeWork: pauseHolder,
-		Classify:   database.Classify,
+		Classify:   idemhttp.Classify(db),
 		Reject:     idemhttp.StoredProblem,
 		NewID:      gen.Next,
 		RequestID:  requestid.From,
 	}))
 	l.keyed = idemhttp.New(idempotent.New(db, rdb, idempotent.Config{
 		KeyPrefix: l.prefix,
-		Classify:  database.Classify,
+		Classify:  idemhttp.Classify(db),
 		Reject:    idemhttp.StoredProblem,
 		NewID:     gen.Next,
 		RequestID: requestid.From,

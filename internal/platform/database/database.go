@@ -23,7 +23,6 @@ import (
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
-	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/migrations"
 )
 
@@ -191,14 +190,33 @@ func Translate(err error) error {
 		}
 		return err
 	}
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "UNIQUE constraint failed"), strings.Contains(msg, "constraint failed: UNIQUE"):
-		return fmt.Errorf("%w: %w", ErrDuplicateKey, err)
-	case strings.Contains(msg, "SQLITE_BUSY"), strings.Contains(msg, "database is locked"):
-		return fmt.Errorf("%w: %w", ErrRetryable, err)
+	if code, ok := sqliteCode(err); ok {
+		switch {
+		case code == sqliteConstraintUnique, code == sqliteConstraintPrimaryKey:
+			return fmt.Errorf("%w: %w", ErrDuplicateKey, err)
+		case code&0xff == sqliteBusy, code&0xff == sqliteLocked:
+			return fmt.Errorf("%w: %w", ErrRetryable, err)
+		}
 	}
 	return err
+}
+
+// SQLite's extended result codes that Translate acts on (https://www.sqlite.org/rescode.html).
+const (
+	sqliteBusy                 = 5
+	sqliteLocked               = 6
+	sqliteConstraintPrimaryKey = 1555
+	sqliteConstraintUnique     = 2067
+)
+
+// sqliteCode returns the extended result code a SQLite driver's error carries (its Code()
+// method: modernc.org/sqlite, github.com/glebarez/go-sqlite), and whether err has one.
+func sqliteCode(err error) (int, bool) {
+	var coded interface{ Code() int }
+	if !errors.As(err, &coded) {
+		return 0, false
+	}
+	return coded.Code(), true
 }
 
 // IsDuplicateKey reports whether err is (or translates to) a unique-index violation.
@@ -213,20 +231,6 @@ func IsLockWaitTimeout(err error) bool {
 
 // IsRetryable reports whether err is (or translates to) a transaction the database aborted.
 func IsRetryable(err error) bool { return errors.Is(Translate(err), ErrRetryable) }
-
-// Classify tells the idempotency guard what a database error means (idempotent.Config's
-// Classify): the guard itself knows no SQL driver.
-func Classify(err error) idempotent.ErrorClass {
-	switch {
-	case IsLockWaitTimeout(err):
-		return idempotent.ErrorLockWait
-	case IsDuplicateKey(err):
-		return idempotent.ErrorDuplicateKey
-	case IsRetryable(err):
-		return idempotent.ErrorAborted
-	}
-	return idempotent.ErrorOther
-}
 
 // Insert writes values — each a row or a slice of rows of any table — in tx, in one round
 // trip on MySQL (one multi-statement, its parameters interpolated and escaped by the driver)

@@ -10,7 +10,6 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
@@ -215,27 +214,40 @@ func TestTranslateLeavesOtherErrors(t *testing.T) {
 	}
 }
 
-// TestClassify checks what the idempotency guard is told about each kind of database error:
-// it knows no driver, so this mapping is what makes a duplicate dedup record a replay, a
-// deadlock a rerun and a lock wait "in progress".
-func TestClassify(t *testing.T) {
+// sqliteErr stands for a SQLite driver's error: it carries the extended result code.
+type sqliteErr struct{ code int }
+
+func (e sqliteErr) Error() string { return fmt.Sprintf("sqlite error (%d)", e.code) }
+func (e sqliteErr) Code() int     { return e.code }
+
+// TestTranslateTyped: Translate decides by the driver's code — a MySQL error number, a SQLite
+// extended result code — never by an error's text: a message that merely reads like a
+// duplicate key or a busy database is returned unchanged.
+func TestTranslateTyped(t *testing.T) {
 	tests := []struct {
-		name string
-		err  error
-		want idempotent.ErrorClass
+		name      string
+		err       error
+		duplicate bool
+		retryable bool
 	}{
-		{"duplicate key", fmt.Errorf("insert: %w", &gomysql.MySQLError{Number: 1062, Message: "Duplicate entry"}), idempotent.ErrorDuplicateKey},
-		{"sqlite unique", errors.New("constraint failed: UNIQUE constraint failed: users.name (2067)"), idempotent.ErrorDuplicateKey},
-		{"deadlock", &gomysql.MySQLError{Number: 1213, Message: "Deadlock found"}, idempotent.ErrorAborted},
-		{"sqlite busy", errors.New("database is locked (5) (SQLITE_BUSY)"), idempotent.ErrorAborted},
-		{"lock wait timeout", &gomysql.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded"}, idempotent.ErrorLockWait},
-		{"syntax", &gomysql.MySQLError{Number: 1064, Message: "syntax error"}, idempotent.ErrorOther},
-		{"plain", errors.New("connection refused"), idempotent.ErrorOther},
+		{"mysql duplicate key", fmt.Errorf("insert: %w", &gomysql.MySQLError{Number: 1062}), true, false},
+		{"mysql deadlock", &gomysql.MySQLError{Number: 1213}, false, true},
+		{"sqlite unique", fmt.Errorf("insert: %w", sqliteErr{2067}), true, false},
+		{"sqlite primary key", sqliteErr{1555}, true, false},
+		{"sqlite busy", sqliteErr{5}, false, true},
+		{"sqlite busy snapshot", sqliteErr{5 | 2<<8}, false, true},
+		{"sqlite locked", sqliteErr{6}, false, true},
+		{"sqlite check constraint", sqliteErr{275}, false, false},
+		{"a unique-looking text", errors.New("constraint failed: UNIQUE constraint failed: users.name (2067)"), false, false},
+		{"a busy-looking text", errors.New("database is locked (5) (SQLITE_BUSY)"), false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := database.Classify(tt.err); got != tt.want {
-				t.Errorf("Classify(%v) = %d, want %d", tt.err, got, tt.want)
+			if got := database.IsDuplicateKey(tt.err); got != tt.duplicate {
+				t.Errorf("IsDuplicateKey(%v) = %v, want %v", tt.err, got, tt.duplicate)
+			}
+			if got := database.IsRetryable(tt.err); got != tt.retryable {
+				t.Errorf("IsRetryable(%v) = %v, want %v", tt.err, got, tt.retryable)
 			}
 		})
 	}

@@ -14,7 +14,6 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
-	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
@@ -96,7 +95,7 @@ func TestIsUnavailableFromTheDriver(t *testing.T) {
 	if !database.IsUnavailable(err) {
 		t.Errorf("IsUnavailable(%v) = false, want true", err)
 	}
-	if c := database.Classify(err); c != idempotent.ErrorOther {
-		t.Errorf("Classify(%v) = %v, want ErrorOther (returned, never stored)", err, c)
+	if database.IsDuplicateKey(err) || database.IsRetryable(err) {
+		t.Errorf("%v is a duplicate key or retryable; want neither (returned, never stored)", err)
 	}
 }
