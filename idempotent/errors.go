@@ -27,7 +27,7 @@ var (
 	// ErrKeyReused: the key was used before with another request.
 	ErrKeyReused = &Error{Code: "idempotency_key_reused", Detail: "this key was used with a different request (method, path or body)"}
 	// ErrTokenInvalid: a tok_ key that is not a live token of this scope.
-	ErrTokenInvalid = &Error{Code: "idempotency_token_invalid", Detail: "the tok_ key is not a live token issued to this user; get one from POST /v1/idempotency-tokens"}
+	ErrTokenInvalid = &Error{Code: "idempotency_token_invalid", Detail: "the tok_ key is not a live token issued to this user; get one from the service's token endpoint"}
 	// ErrUnavailable: Redis is unreachable and the guard was told to reject without it.
 	ErrUnavailable = &Error{Code: "unavailable", Detail: "redis is unavailable; retry later"}
 )

@@ -22,10 +22,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/idempotent/mysqlerr"
 	"github.com/oncepay/oncepay/idempotent/sqliteerr"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -43,17 +43,17 @@ func Classify(db *gorm.DB) func(error) idempotent.ErrorClass {
 	return sqliteerr.Classify
 }
 
-// HTTP headers of the idempotency protocol.
+// HTTP headers of the idempotency protocol (the kit's, idempotent/httpkey).
 const (
-	HeaderKey      = "Idempotency-Key"
-	HeaderOutcome  = "Idempotency-Outcome"
-	HeaderReplayed = "Idempotent-Replayed"
+	HeaderKey      = httpkey.HeaderKey
+	HeaderOutcome  = httpkey.HeaderOutcome
+	HeaderReplayed = httpkey.HeaderReplayed
 )
 
 // BizType is the biz_type of every client key: a key names one write of one user, whatever
-// the endpoint (CONTRACT.md), so the same key on another endpoint is a mismatch (422) through
-// the fingerprint, never a second write.
-const BizType = "idempotency-key"
+// the endpoint (docs/contract.md), so the same key on another endpoint is a mismatch (422)
+// through the fingerprint, never a second write.
+const BizType = httpkey.BizType
 
 // The client-facing errors of reading the key.
 var (
@@ -90,22 +90,21 @@ func AsAppErr(err error) error {
 // 503 to retry, not a 500 (found by the chaos run: a Redis restart under slow payments).
 var errLockLost = apperr.ErrUnavailable.Withf("the request lost its idempotency lock (Redis) before it could finish; nothing was applied; retry with the same key")
 
-// UserKey reads the Idempotency-Key header of an authenticated user's request, scoped to
-// that user so that two users' keys never collide.
+// UserKey reads the Idempotency-Key header of an authenticated user's request
+// (httpkey.Key), scoped to that user so that two users' keys never collide.
 func UserKey(r *http.Request) (idempotent.Key, error) {
-	values, present := r.Header[HeaderKey]
-	if !present {
-		return idempotent.Key{}, ErrKeyMissing
-	}
-	k := strings.TrimSpace(values[0])
-	if len(values) != 1 || !idempotent.ValidKey(k) {
-		return idempotent.Key{}, ErrKeyInvalid
-	}
 	who, ok := web.UserScope(r)
 	if !ok {
 		return idempotent.Key{}, apperr.ErrUnauthorized
 	}
-	return idempotent.Key{Scope: who, BizType: BizType, BizKey: k}, nil
+	k, err := httpkey.Key(r, who)
+	switch {
+	case errors.Is(err, httpkey.ErrKeyMissing):
+		return idempotent.Key{}, ErrKeyMissing
+	case err != nil:
+		return idempotent.Key{}, ErrKeyInvalid
+	}
+	return k, nil
 }
 
 // KeyAndBody reads what every client write starts with: the caller's Idempotency-Key
@@ -151,19 +150,10 @@ func (a *Adapter) Run(w http.ResponseWriter, r *http.Request, req idempotent.Req
 // r's instance and request id; logged as coming via http. Handlers that look at the guard's
 // answer before writing it (a trade_conflict) build their request with it.
 func Request(r *http.Request, key idempotent.Key, body []byte) idempotent.Request {
-	if len(body) == 0 {
-		body = emptyObject // an empty body and {} are one request (cancel, pay, a full refund)
-	}
-	return idempotent.Request{
-		Key:         key,
-		Fingerprint: idempotent.Fingerprint(r.Method, r.URL.Path, body),
-		Via:         "http",
-		Reject:      func(_ context.Context, err error) (idempotent.Response, bool) { return Problem(r, err) },
-	}
+	req := httpkey.Request(r, key, body) // an empty body and {} are one request
+	req.Reject = func(_ context.Context, err error) (idempotent.Response, bool) { return Problem(r, err) }
+	return req
 }
-
-// emptyObject is the body an empty one is fingerprinted as.
-var emptyObject = []byte("{}")
 
 // Problem renders err as the stored answer of a refused request: a problem document with
 // the request's instance and request id. ok is false for errors that are not the client's
