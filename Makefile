@@ -9,9 +9,18 @@ PKGS  := ./...
 run: build
 	./bin/oncepay
 
-## test: the whole suite: gofmt check, go vet, staticcheck, go test -race.
+## test: the whole suite: gofmt check, go vet, staticcheck, go test -race; then the
+## idempotency kit's own suite once more on each other dialect (ONCEPAY_TEST_KIT_DIALECT),
+## and the examples module, which imports the kit as a stranger would.
+KIT := ./idempotent/...
 test: lint
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+	ONCEPAY_TEST_KIT_DIALECT=sqlite $(GO) test -race -count=1 -timeout 5m $(KIT)
+	@if [ -n "$$ONCEPAY_TEST_POSTGRES_DSN" ] || [ "$$CI" = true ]; then \
+		echo "ONCEPAY_TEST_KIT_DIALECT=postgres $(GO) test -race -count=1 -timeout 5m $(KIT)"; \
+		ONCEPAY_TEST_KIT_DIALECT=postgres $(GO) test -race -count=1 -timeout 5m $(KIT); \
+	fi
+	cd examples && $(GO) test -race -count=1 -timeout 5m ./...
 
 ## build: compile the binaries into ./bin.
 build:
@@ -27,6 +36,7 @@ lint: fmt-check tidy-check vet staticcheck
 
 tidy-check:
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@cd examples && $(GO) mod tidy -diff || { echo "examples/go.mod is not tidy: run go mod tidy in examples"; exit 1; }
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -34,6 +44,7 @@ fmt-check:
 
 vet:
 	$(GO) vet $(PKGS)
+	cd examples && $(GO) vet ./...
 
 staticcheck:
 	$(GO) tool staticcheck $(PKGS)

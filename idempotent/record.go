@@ -101,6 +101,24 @@ CREATE INDEX idx_idempotency_created ON idempotency_records (created_at)`,
 CREATE INDEX idx_idempotency_created ON idempotency_records (created_at)`,
 }
 
+// CreateSchema creates idempotency_records in db (Schema, in db's dialect) unless it exists:
+// for a service without migrations of its own. A service with migrations puts Schema in them.
+func CreateSchema(db *gorm.DB) error {
+	if db.Migrator().HasTable(Record{}.TableName()) {
+		return nil
+	}
+	ddl, ok := Schema[db.Dialector.Name()]
+	if !ok {
+		return fmt.Errorf("idempotent: no schema for the %s dialect; create idempotency_records like Schema's", db.Dialector.Name())
+	}
+	for _, stmt := range strings.Split(ddl, ";\n") {
+		if err := db.Exec(stmt).Error; err != nil {
+			return fmt.Errorf("idempotent: create idempotency_records: %w", err)
+		}
+	}
+	return nil
+}
+
 func (g *Guard) newRecord(ctx context.Context, req Request) *Record {
 	now := time.Now().UTC()
 	return &Record{

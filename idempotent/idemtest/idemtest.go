@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -151,10 +150,8 @@ func DB(tb testing.TB, dialect string) *gorm.DB {
 			_ = sqlDB.Close()
 		}
 	})
-	for _, stmt := range strings.Split(idempotent.Schema[dialect], ";\n") {
-		if err := db.Exec(stmt).Error; err != nil {
-			tb.Fatalf("create the kit's table on %s: %v", dialect, err)
-		}
+	if err := idempotent.CreateSchema(db); err != nil {
+		tb.Fatalf("create the kit's table on %s: %v", dialect, err)
 	}
 	return db
 }
