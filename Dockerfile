@@ -1,9 +1,10 @@
 # syntax=docker/dockerfile:1
 
 # oncepay image: a static Go build in a pinned toolchain image, shipped on distroless as a
-# non-root user. Three binaries go in: /oncepay (the server; `/oncepay migrate` applies the
-# embedded migrations), /channelsim (the payment channel simulator, which docker-compose.yml
-# runs as a service of its own) and /drill (the incident drills).
+# non-root user. Two binaries go in: /oncepay (the server; `/oncepay migrate` applies the
+# embedded migrations) and /channelsim (the payment channel simulator, which docker-compose.yml
+# runs as a service of its own). The training kit (tools/: the drill, the chaos run, the lab)
+# is not the service and is not in the image.
 # deploy/compose_test.go checks the properties below (pinned bases, CGO off, non-root).
 
 # ---- build ------------------------------------------------------------------------------
@@ -24,8 +25,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/oncepay ./cmd/oncepay && \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/channelsim ./cmd/channelsim && \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/drill ./cmd/drill
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/channelsim ./cmd/channelsim
 
 # ---- run --------------------------------------------------------------------------------
 # The :nonroot tag is pinned to Debian 12; it ships CA certificates and tzdata, and no shell.
@@ -33,7 +33,6 @@ FROM gcr.io/distroless/static-debian12:nonroot
 
 COPY --from=build /out/oncepay /oncepay
 COPY --from=build /out/channelsim /channelsim
-COPY --from=build /out/drill /drill
 
 # The home of the nonroot user (uid 65532) is writable, so ./data (embedded mode only) works.
 WORKDIR /home/nonroot

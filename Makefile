@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 PKGS  := ./...
 
-.PHONY: run test build migrate lint fmt-check tidy-check vet staticcheck compose-up drill bench chaos chaos-short
+.PHONY: run test build migrate lint fmt-check tidy-check vet staticcheck compose-up bench
 
 ## run: build and start the server on :8080 with every dependency embedded.
 run: build
@@ -25,7 +25,6 @@ test: lint
 ## build: compile the binaries into ./bin.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/oncepay ./cmd/oncepay
-	@if [ -d cmd/drill ]; then CGO_ENABLED=0 $(GO) build -trimpath -o bin/drill ./cmd/drill; fi
 
 ## migrate: apply migrations/ to the configured database and exit.
 migrate:
@@ -49,29 +48,38 @@ vet:
 staticcheck:
 	$(GO) tool staticcheck $(PKGS)
 
-## drill: start an embedded server with the lab on, run every incident drill, write report.html.
-drill: build
-	./scripts/drill.sh
-
 ## bench: the guard side by side with a bare handler and gofiber, 3 runs and their medians
 ## (set ONCEPAY_TEST_MYSQL_DSN and ONCEPAY_TEST_REDIS_ADDR; see bench/README.md).
 bench:
 	cd bench && $(GO) run . -runs 3
+
+## compose-up: MySQL 8, Redis 7, Kafka (KRaft) and the app, wired by env vars.
+compose-up:
+	docker compose up --build
+
+# ---- the training kit (tools/): the drill, the chaos run and the lab. A fork that keeps only the
+# ---- service deletes tools/ and this block; the service builds and passes its tests without them.
+.PHONY: drill chaos chaos-short tools
+
+## tools: the training kit's binaries: bin/oncepay-lab (oncepay with /lab/), bin/drill, bin/chaos.
+tools: build
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/oncepay-lab ./tools/cmd/oncepay-lab
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/drill ./tools/cmd/drill
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/chaos ./tools/cmd/chaos
+
+## drill: start an embedded oncepay with the lab on (bin/oncepay-lab), run every incident drill,
+## write report.html.
+drill: tools
+	./tools/drill.sh
 
 ## chaos: the full chaos run: a private MariaDB, Redis, Kafka, the channel simulator and three
 ## oncepay processes under kill -9, SIGSTOP, Redis and MariaDB crashes; ≥ 10,000 deliveries, then a
 ## history checker. Needs mariadbd, mariadb-install-db, redis-server and redis-cli on PATH. Output in
 ## chaos-out/ (history.jsonl, summary.json, report.html); exit 1 on any violation. See docs/chaos.md.
 ## CHAOS_FLAGS=-redis-cluster runs Redis as a local three-node cluster.
-chaos: build
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/chaos ./cmd/chaos
+chaos: tools
 	./bin/chaos -mode full $(CHAOS_FLAGS)
 
 ## chaos-short: the same in under 3 minutes (≥ 1,000 deliveries, every fault once); CI runs it.
-chaos-short: build
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/chaos ./cmd/chaos
+chaos-short: tools
 	./bin/chaos -mode short $(CHAOS_FLAGS)
-
-## compose-up: MySQL 8, Redis 7, Kafka (KRaft) and the app, wired by env vars.
-compose-up:
-	docker compose up --build

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // Configured secrets for these tests. Each starts with four characters found nowhere else in

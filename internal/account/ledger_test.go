@@ -9,10 +9,10 @@ import (
 
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/ids"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // TestLedgerCreditOncePerFact is the ledger's unique key as the last line of I2: a second

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // TestMain keeps the log to warnings and errors: the storms answer thousands of requests,

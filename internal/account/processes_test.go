@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // TestThreeProcessesCreditOnce is TestThreeInstancesCreditOnce with nothing shared but

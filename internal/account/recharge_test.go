@@ -13,10 +13,10 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/account"
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/reportsig"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 

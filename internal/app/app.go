@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"gorm.io/gorm"
@@ -79,6 +80,8 @@ type App struct {
 	checks    []readyCheck
 	runners   []Runner
 	closers   []func() error
+	// extra mounts the routes of Deps.Routes.
+	extra func(a *App, r chi.Router)
 	// consumersReady reports whether the Kafka consumers have joined their groups.
 	consumersReady func() bool
 }
@@ -88,12 +91,15 @@ type Deps struct {
 	DB    *gorm.DB
 	Redis *redisx.Conn
 	Kafka *kafka.Cluster
+	// Routes, when set, mounts routes of another build beside the API: the training kit's lab
+	// (tools/lab) in bin/oncepay-lab. The service's own binary sets none.
+	Routes func(a *App, r chi.Router)
 }
 
 // New builds an instance from cfg: it opens (or takes) every dependency, migrates, seeds the
 // demo data when asked, and builds the router. Nothing runs until Run.
 func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) {
-	a := &App{Config: cfg, Registry: prometheus.NewRegistry()}
+	a := &App{Config: cfg, Registry: prometheus.NewRegistry(), extra: deps.Routes}
 	defer func() {
 		if err != nil {
 			a.Close()

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/idemadmin"
 )
 

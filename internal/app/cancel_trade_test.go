@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/config"
@@ -18,7 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // A cancel makes the order's channel trade unpayable before the order is cancelled: it closes

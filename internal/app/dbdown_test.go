@@ -16,10 +16,10 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/oncepay/oncepay/internal/app"
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/database"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // dbProxy is a TCP proxy between an instance's connection pool and the real MariaDB/MySQL,

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/requestid"

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // TestHeadAnswersEveryGet: every GET route answers HEAD with the GET's status and no body

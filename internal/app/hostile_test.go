@@ -17,7 +17,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/notify"
@@ -25,7 +25,7 @@ import (
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 

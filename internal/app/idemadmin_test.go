@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/app"
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemadmin"
 	"github.com/oncepay/oncepay/internal/notify"

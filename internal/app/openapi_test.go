@@ -14,7 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"gopkg.in/yaml.v3"
 
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // specPath is api/openapi.yaml, relative to this package's directory (go test runs there).

@@ -9,10 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/internal/app"
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // TestRedisPrefixAndDB runs two deployments on one Redis, each with its own

@@ -13,7 +13,6 @@ import (
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
-	"github.com/oncepay/oncepay/internal/lab"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
@@ -86,13 +85,25 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 			r.Mount("/jobs", jobRuns.AdminRoutes())
 		})
 	})
-	// The articles' bugs, for drills only (ONCEPAY_LAB=true); no real route uses them.
-	if a.Config.Lab {
-		l := lab.New(a.DB, a.Redis.Client, a.Config.RedisPrefix, a.IDs, a.orders, a.Config.ChannelSecret, a.Config.ChaosPaymentDelay)
-		r.Mount("/lab", l.Routes(web.RequireUser(a.users), web.RequireAdmin(a.Config.AdminKey, a.users)))
+	// Routes of another build beside the API — the training kit's lab replicas
+	// (tools/lab, in bin/oncepay-lab); bin/oncepay has none.
+	if a.extra != nil {
+		a.extra(a, r)
 	}
 	return r
 }
+
+// RequireUser and RequireAdmin are the instance's authentication middlewares, for routes of
+// another build (Deps.Routes).
+func (a *App) RequireUser() func(http.Handler) http.Handler { return web.RequireUser(a.users) }
+
+// RequireAdmin is the admin key's middleware (see RequireUser).
+func (a *App) RequireAdmin() func(http.Handler) http.Handler {
+	return web.RequireAdmin(a.Config.AdminKey, a.users)
+}
+
+// Orders is the instance's order service, for routes of another build (Deps.Routes).
+func (a *App) Orders() *order.Service { return a.orders }
 
 // KeyRequiredRoutes are the routes that require an Idempotency-Key, as the published policy
 // lists them (a test holds the list equal to the routes api/openapi.yaml marks so).

@@ -13,7 +13,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 

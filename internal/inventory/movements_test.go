@@ -9,7 +9,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/platform/ids"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // stock is a SKU's figures, for comparing without the bookkeeping columns.

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 )

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"

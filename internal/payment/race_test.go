@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/app/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/order"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // TestTwoTradesRaceForOneOrder: two different trades pay one order at the same moment (the

@@ -12,7 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/platform/database"
-	"github.com/oncepay/oncepay/internal/platform/testenv"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // gooseTable is goose's bookkeeping table, which only one side may be expected to share.

@@ -1,0 +1,364 @@
+// Package apptest starts a whole oncepay instance for integration tests: the real router over
+// real HTTP on 127.0.0.1, the payment notifications consumer, the outbox relay and the
+// scheduled jobs, on the test's own database, Redis and in-process Kafka (testenv). Tests drive
+// it the way users, channels and drills do — HTTP requests, signed notifications, messages on
+// payment.notifications — and check the business effect where it lives: in the database and on
+// the order.events topic.
+//
+// Every helper that talks to the server returns what it got instead of failing, so that it can
+// be called from the goroutines of a storm; the helpers that take a testing.TB fail the test
+// and must be called from the test's goroutine.
+package apptest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
+	"github.com/oncepay/oncepay/internal/platform/web"
+)
+
+// The keys of the default configuration and the demo data (CONTRACT.md).
+const (
+	// AdminKey is the bearer key of /v1/admin/*.
+	AdminKey = "dev-admin-key"
+	// AliceKey is the API key of the demo user alice.
+	AliceKey = "demo-alice-key"
+	// BobKey is the API key of the demo user bob.
+	BobKey = "demo-bob-key"
+)
+
+// Server is one running instance and the connections a test needs to look behind it.
+type Server struct {
+	// App is the instance.
+	App *app.App
+	// Config is the configuration it was built with.
+	Config config.Config
+	// DB is its database, for checking business effects.
+	DB *gorm.DB
+	// Deps are the database, Redis and Kafka it runs on; a second instance built on the same
+	// Deps stands for another replica.
+	Deps app.Deps
+	// URL is its base URL, http://127.0.0.1:port.
+	URL string
+
+	client *http.Client
+}
+
+// Option changes the configuration before the instance is built.
+type Option func(*config.Config)
+
+// Config returns the configuration tests start from: the defaults of config.LoadFrom with no
+// environment at all (dev keys, demo data seeded), with the embedded state in a temporary
+// directory, then every option applied.
+func Config(tb testing.TB, opts ...Option) config.Config {
+	tb.Helper()
+	cfg, err := config.LoadFrom(func(string) (string, bool) { return "", false })
+	if err != nil {
+		tb.Fatalf("default configuration: %v", err)
+	}
+	cfg.DataDir = tb.TempDir()
+	cfg.SeedDemo = true
+	// Each test gets its own channel simulator on a free port, quick to give up on a call
+	// (a timeout is indefinite, I8) and quick to retry its notifications.
+	cfg.EmbeddedChannelAddr = "127.0.0.1:0"
+	cfg.ChannelTimeout = 500 * time.Millisecond
+	cfg.ChannelRetries = 1
+	cfg.ChannelSimSchedule = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second}
+	def := cfg.ChannelSecret
+	for _, o := range opts {
+		o(&cfg)
+	}
+	// An option that sets ONCEPAY_CHANNEL_SECRET sets it for every channel still on the
+	// default, as LoadFrom would have (it fills Channels before any option runs).
+	for i := range cfg.Channels {
+		if cfg.Channels[i].Secret == def {
+			cfg.Channels[i].Secret = cfg.ChannelSecret
+		}
+	}
+	return cfg
+}
+
+// Start builds an instance on fresh dependencies and runs it — HTTP server, Kafka consumer,
+// outbox relay and jobs — on a free port of 127.0.0.1. It returns once /readyz answers 200,
+// that is once the consumer has joined its group. The instance is stopped, and waited for,
+// when the test ends.
+func Start(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	return StartOn(tb, NewDeps(tb), opts...)
+}
+
+// NewDeps returns fresh dependencies for one test: a migrated database, an isolated Redis and
+// an in-process Kafka broker, all closed when the test ends.
+func NewDeps(tb testing.TB) app.Deps {
+	tb.Helper()
+	return app.Deps{DB: testenv.DB(tb), Redis: testenv.Redis(tb), Kafka: testenv.Kafka(tb)}
+}
+
+// StartOn is Start on given dependencies: two instances started on the same Deps stand for
+// two replicas of the service (each needs its own NodeID).
+func StartOn(tb testing.TB, deps app.Deps, opts ...Option) *Server {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("listen: %v", err)
+	}
+	s := build(tb, deps, append([]Option{publicURL(ln)}, opts...))
+	ctx, cancel := context.WithCancel(context.Background())
+	var runErr error
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		runErr = s.App.Run(ctx, ln)
+	}()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case <-stopped:
+			if runErr != nil {
+				tb.Errorf("app.Run returned %v", runErr)
+			}
+		case <-time.After(30 * time.Second):
+			tb.Errorf("the instance did not stop within 30s of its context ending")
+		}
+	})
+	s.URL = "http://" + ln.Addr().String()
+	s.waitReady(tb, stopped, &runErr)
+	return s
+}
+
+// StartHTTPOnly builds an instance and serves its router, without running the background
+// loops: no consumer, no outbox relay, no jobs. Tests use it to drive those loops by hand.
+func StartHTTPOnly(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	s := build(tb, NewDeps(tb), append([]Option{publicURL(srv.Listener)}, opts...))
+	srv.Config.Handler = s.App.Handler()
+	srv.Start()
+	tb.Cleanup(srv.Close)
+	s.URL = srv.URL
+	return s
+}
+
+// publicURL makes the channel's notifications come back to the instance served on ln.
+func publicURL(ln net.Listener) Option {
+	return func(c *config.Config) { c.PublicURL = "http://" + ln.Addr().String() }
+}
+
+func build(tb testing.TB, deps app.Deps, opts []Option) *Server {
+	tb.Helper()
+	quietLogs()
+	cfg := Config(tb, opts...)
+	a, err := app.New(context.Background(), cfg, deps)
+	if err != nil {
+		tb.Fatalf("app.New: %v", err)
+	}
+	tb.Cleanup(a.Close)
+	return &Server{App: a, Config: cfg, DB: deps.DB, Deps: deps, client: newClient(tb)}
+}
+
+// newClient returns the HTTP client of one Server, its idle connections closed when the test
+// ends.
+func newClient(tb testing.TB) *http.Client {
+	transport := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
+	tb.Cleanup(transport.CloseIdleConnections)
+	return &http.Client{Transport: transport, Timeout: 60 * time.Second}
+}
+
+var quietOnce sync.Once
+
+// quietLogs keeps the instances' logs to warnings and errors: the info lines (one per request)
+// would bury a failure's own output under thousands of lines. Any ONCEPAY_TEST_LOG keeps them,
+// as in the idempotent package's tests.
+func quietLogs() {
+	quietOnce.Do(func() {
+		level := slog.LevelWarn
+		if os.Getenv("ONCEPAY_TEST_LOG") != "" {
+			level = slog.LevelInfo
+		}
+		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+	})
+}
+
+// waitReady polls /readyz until it answers 200, failing after 30s or when Run returns (stopped
+// closed, with its error in *runErr).
+func (s *Server) waitReady(tb testing.TB, stopped <-chan struct{}, runErr *error) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last Response
+	for time.Now().Before(deadline) {
+		select {
+		case <-stopped:
+			tb.Fatalf("app.Run returned before the instance was ready: %v", *runErr)
+		default:
+		}
+		if last = s.Do(http.MethodGet, "/readyz", "", nil, nil); last.Status == http.StatusOK {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tb.Fatalf("/readyz did not answer 200 within 30s; last answer: %s", last)
+}
+
+// Response is what the server answered. Status is 0 and Err is set when no answer came.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	Err    error
+}
+
+// String renders the response for failure messages.
+func (r Response) String() string {
+	if r.Err != nil {
+		return "no response: " + r.Err.Error()
+	}
+	return fmt.Sprintf("%d %s", r.Status, bytes.TrimSpace(r.Body))
+}
+
+// Problem decodes the body as an RFC 9457 problem; its Code is "" when it is not one.
+func (r Response) Problem() web.Problem {
+	var p web.Problem
+	_ = json.Unmarshal(r.Body, &p)
+	return p
+}
+
+// Code is the problem code of the answer, or "" for a success.
+func (r Response) Code() string { return r.Problem().Code }
+
+// Outcome is the Idempotency-Outcome header: what the idempotency layer did with the request
+// (executed, replayed, rejected, state_rejected…), or "" when it did not see it.
+func (r Response) Outcome() string { return r.Header.Get(idemhttp.HeaderOutcome) }
+
+// Decode unmarshals the body into v, failing the test when it cannot.
+func (r Response) Decode(tb testing.TB, v any) {
+	tb.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		tb.Fatalf("decode %s: %v", r, err)
+	}
+}
+
+// Do sends one request to the server: apiKey becomes "Authorization: Bearer apiKey" unless it
+// is empty; body is sent as it is when it is a string or []byte, as JSON otherwise, and not at
+// all when nil; headers are added last. It never fails the test, so storms can call it.
+func (s *Server) Do(method, path, apiKey string, body any, headers map[string]string) Response {
+	raw, err := encode(body)
+	if err != nil {
+		return Response{Err: err}
+	}
+	var r io.Reader
+	if raw != nil {
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, s.URL+path, r)
+	if err != nil {
+		return Response{Err: err}
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	if raw != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	res, err := s.client.Do(req)
+	if err != nil {
+		return Response{Err: err}
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return Response{Status: res.StatusCode, Header: res.Header, Body: b, Err: err}
+}
+
+func encode(body any) ([]byte, error) {
+	switch b := body.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		return []byte(b), nil
+	case []byte:
+		return b, nil
+	default:
+		return json.Marshal(b)
+	}
+}
+
+// Must fails the test unless r has status want, and returns it for chaining.
+func Must(tb testing.TB, r Response, want int) Response {
+	tb.Helper()
+	if r.Status != want {
+		tb.Fatalf("got %s, want status %d", r, want)
+	}
+	return r
+}
+
+// WantProblem fails the test unless r is a problem+json answer with status and code.
+func WantProblem(tb testing.TB, r Response, status int, code string) {
+	tb.Helper()
+	if r.Status != status {
+		tb.Fatalf("got %s, want %d %s", r, status, code)
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+		tb.Errorf("Content-Type %q, want application/problem+json; body %s", ct, r)
+	}
+	if p := r.Problem(); p.Code != code || p.Status != status {
+		tb.Errorf("problem code %q status %d, want %q %d; body %s", p.Code, p.Status, code, status, r)
+	}
+}
+
+// Eventually polls cond every 20ms until it holds, failing the test after timeout with what
+// the last call to cond said.
+func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not within %s; last state: %s", what, timeout, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Parallel runs fn(0..n-1) on workers goroutines and waits for them: a storm with a bounded
+// number of requests in flight.
+func Parallel(workers, n int, fn func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				fn(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// sleepBrief is the pause between two polls or retries.
+func sleepBrief() { time.Sleep(20 * time.Millisecond) }

@@ -1,0 +1,133 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/channelsim"
+)
+
+// The faults a run injects. Each is recorded in the history when it starts and when it heals.
+const (
+	faultKillInstance  = "kill_instance"    // kill -9 an instance mid-traffic, restart it
+	faultPauseInstance = "pause_instance"   // SIGSTOP an instance longer than the lock TTL, then SIGCONT (I10)
+	faultRestartRedis  = "restart_redis"    // kill -9 a Redis server and start it again, empty
+	faultKillMariaDB   = "kill_mariadb"     // kill -9 MariaDB and restart it (crash recovery)
+	faultRedeliver     = "kafka_redelivery" // publish earlier notifications again
+	faultChannel       = "channel_faults"   // the channel drops, duplicates and times out after applying
+)
+
+// allFaults is the rotation of the fault scheduler.
+var allFaults = []string{faultKillInstance, faultPauseInstance, faultRestartRedis, faultKillMariaDB, faultRedeliver, faultChannel}
+
+// faulter injects faults into the world on a schedule.
+type faulter struct {
+	w       *world
+	h       *history
+	wl      *workload
+	lockTTL time.Duration
+	every   time.Duration
+
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// run injects one fault after another, every f.every, rotating through allFaults in a
+// shuffled order so that every kind comes up once per round, until ctx ends.
+func (f *faulter) run(ctx context.Context) {
+	sleepCtx(ctx, f.every/2)
+	for ctx.Err() == nil {
+		order := mrand.Perm(len(allFaults))
+		for _, i := range order {
+			if ctx.Err() != nil {
+				return
+			}
+			f.inject(ctx, allFaults[i])
+			sleepCtx(ctx, f.every)
+		}
+	}
+}
+
+func (f *faulter) count(kind string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counts[kind]++
+}
+
+func (f *faulter) snapshot() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range f.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// record writes a fault event.
+func (f *faulter) record(kind, detail string, err error) {
+	e := &event{Kind: kindFault, Op: kind, Detail: detail}
+	if err != nil {
+		e.Err = err.Error()
+	}
+	f.h.add(e)
+}
+
+// inject runs one fault to its end (the fault healed), but for channel faults, which stay
+// on for a while in the background.
+func (f *faulter) inject(ctx context.Context, kind string) {
+	f.count(kind)
+	// Restarts use a context of their own: a fault that began must heal, even when the run
+	// is being stopped.
+	heal := context.WithoutCancel(ctx)
+	switch kind {
+	case faultKillInstance:
+		in := f.w.insts[mrand.IntN(len(f.w.insts))]
+		f.w.lb.setUp(in.n, false)
+		in.signal(syscall.SIGCONT)
+		in.kill()
+		f.record(kind, fmt.Sprintf("kill -9 oncepay-%d", in.n), nil)
+		sleepCtx(ctx, time.Duration(500+mrand.IntN(2000))*time.Millisecond)
+		err := in.start(heal)
+		f.w.lb.setUp(in.n, true)
+		f.record(kind+"_healed", fmt.Sprintf("oncepay-%d restarted", in.n), err)
+	case faultPauseInstance:
+		in := f.w.insts[mrand.IntN(len(f.w.insts))]
+		pause := f.lockTTL*2 + time.Duration(mrand.IntN(1000))*time.Millisecond
+		in.signal(syscall.SIGSTOP)
+		f.record(kind, fmt.Sprintf("SIGSTOP oncepay-%d for %s (lock TTL %s)", in.n, pause, f.lockTTL), nil)
+		sleepCtx(heal, pause)
+		in.signal(syscall.SIGCONT)
+		f.record(kind+"_healed", fmt.Sprintf("SIGCONT oncepay-%d", in.n), nil)
+	case faultRestartRedis:
+		s := f.w.redis[mrand.IntN(len(f.w.redis))]
+		s.kill()
+		f.record(kind, "kill -9 "+s.name+" (restarts empty)", nil)
+		sleepCtx(ctx, time.Duration(300+mrand.IntN(1000))*time.Millisecond)
+		err := s.start(heal)
+		f.record(kind+"_healed", s.name+" restarted empty", err)
+	case faultKillMariaDB:
+		f.w.mariadb.kill()
+		f.record(kind, "kill -9 mariadb", nil)
+		sleepCtx(ctx, time.Duration(1000+mrand.IntN(2000))*time.Millisecond)
+		start := time.Now()
+		err := f.w.mariadb.start(heal)
+		f.record(kind+"_healed", fmt.Sprintf("mariadb restarted, crash recovery and ready in %s", time.Since(start).Round(time.Millisecond)), err)
+	case faultRedeliver:
+		n := f.wl.redeliver(ctx, 25)
+		f.record(kind, fmt.Sprintf("%d earlier notifications published again", n), nil)
+	case faultChannel:
+		faults := channelsim.Faults{DropNotifications: 0.3, DuplicateNotifications: 2, TimeoutAfterApply: 0.2, FailBeforeApply: 0.1}
+		f.w.sim.SetFaults(faults)
+		f.record(kind, "channel: drop 30% of notifications, 2 extra copies, 20% timeout after apply, 10% 503 before apply", nil)
+		go func() {
+			sleepCtx(heal, 2*f.every)
+			f.w.sim.SetFaults(channelsim.Faults{})
+			f.record(kind+"_healed", "channel faults cleared", nil)
+		}()
+	}
+}

@@ -1,0 +1,564 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncepay/oncepay/internal/channelsim"
+	"github.com/oncepay/oncepay/internal/platform/kafka"
+)
+
+// world is everything a chaos run starts on this machine and tears down afterwards: a private
+// MariaDB server, a private Redis (one server or a three-node cluster), the Kafka broker, the
+// channel simulator, a load balancer in front of the oncepay instances (the address the
+// channel sends its notifications to) and the oncepay instances themselves. Nothing of it
+// touches a server it did not start.
+type world struct {
+	dir     string
+	mariadb *server
+	redis   []*server
+	kafka   *kafka.Cluster
+	sim     *channelsim.Sim
+	simURL  string
+	simSrv  *http.Server
+	lb      *balancer
+	lbSrv   *http.Server
+	insts   []*instance
+	users   []user
+	// clustered is set once the Redis nodes were joined into a cluster.
+	clustered bool
+
+	// secret and adminKey are fresh for every run: oncepay refuses the dev-* defaults on a
+	// real database.
+	secret   string
+	adminKey string
+}
+
+// server is a child process the world can kill -9, stop, continue and start again with the
+// same command line (the same port, the same data directory).
+type server struct {
+	name string
+	args []string
+	env  []string
+	logf string
+	// ready reports whether the restarted process serves; start waits for it.
+	ready func(context.Context) error
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	// exits counts the times the process ended without the chaos run killing it.
+	exits int
+}
+
+// start launches the process and waits until it is ready.
+func (s *server) start(ctx context.Context) error {
+	logf, err := os.OpenFile(s.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.args[0], s.args[1:]...)
+	cmd.Env = append(os.Environ(), s.env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// A process group of its own: a Ctrl-C of the chaos run reaches the chaos run, which
+	// tears the world down in order, not every child at once.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		s.mu.Lock()
+		if s.cmd == cmd { // not killed by the chaos run: it died by itself
+			s.exits++
+		}
+		s.mu.Unlock()
+		close(done)
+	}()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if err := s.ready(ctx); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("%s is not ready after 60 s (log %s): %w", s.name, s.logf, err)
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited at start-up; its log is %s", s.name, s.logf)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// signal sends sig to the running process; it reports false when none runs.
+func (s *server) signal(sig syscall.Signal) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return false
+	}
+	return s.cmd.Process.Signal(sig) == nil
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (s *server) kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// running reports whether the process exists (it may be stopped).
+func (s *server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// instance is one oncepay process.
+type instance struct {
+	*server
+	n    int
+	base string
+}
+
+// freePort asks the kernel for a free TCP port on 127.0.0.1.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// worldOptions are the parts of the world a run chooses.
+type worldOptions struct {
+	dir          string
+	oncepayBin   string
+	instances    int
+	redisCluster bool
+	lockTTL      time.Duration
+	orderTTL     time.Duration
+	// slowPayment is ONCEPAY_CHAOS_PAYMENT_DELAY on the last instance: its payments hold
+	// their lock longer than the lock's TTL, so only the watchdog keeps it.
+	slowPayment time.Duration
+}
+
+// startWorld starts every part in dependency order. On error it tears down what it started.
+func startWorld(ctx context.Context, opts worldOptions) (_ *world, err error) {
+	w := &world{dir: opts.dir, secret: "chaos-channel-" + randomHex(12), adminKey: "chaos-admin-" + randomHex(12)}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
+	if err := w.startMariaDB(ctx); err != nil {
+		return nil, err
+	}
+	if err := w.startRedis(ctx, opts.redisCluster); err != nil {
+		return nil, err
+	}
+	kport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	if w.kafka, err = kafka.Open(ctx, nil, kafka.EmbeddedOptions{Addr: fmt.Sprintf("127.0.0.1:%d", kport)}); err != nil {
+		return nil, err
+	}
+	if err := w.startSim(); err != nil {
+		return nil, err
+	}
+	if err := w.startBalancer(); err != nil {
+		return nil, err
+	}
+	if w.users, err = w.seed(ctx); err != nil {
+		return nil, fmt.Errorf("seed the chaos database: %w", err)
+	}
+	for n := 1; n <= opts.instances; n++ {
+		in, err := w.newInstance(n, opts)
+		if err != nil {
+			return nil, err
+		}
+		w.insts = append(w.insts, in)
+	}
+	// One at a time: the first runs the migrations, the others find them applied.
+	for _, in := range w.insts {
+		if err := in.start(ctx); err != nil {
+			return nil, err
+		}
+		w.lb.setUp(in.n, true)
+	}
+	return w, nil
+}
+
+// mariadbPort is the private server's port, kept for restarts.
+func (w *world) mysqlDSN(db string) string {
+	return fmt.Sprintf("root:@tcp(%s)/%s?parseTime=true&loc=UTC&timeout=2s&readTimeout=10s&writeTimeout=10s", w.mariadb.addr(), db)
+}
+
+// addr returns the 127.0.0.1:port a server listens on (its --port argument).
+func (s *server) addr() string {
+	for _, a := range s.args {
+		if p, ok := strings.CutPrefix(a, "--port="); ok {
+			return "127.0.0.1:" + p
+		}
+	}
+	for i, a := range s.args {
+		if a == "--port" && i+1 < len(s.args) {
+			return "127.0.0.1:" + s.args[i+1]
+		}
+	}
+	return ""
+}
+
+// startMariaDB initialises a data directory with mariadb-install-db and starts mariadbd on
+// a free port. Grant tables are skipped: the server listens on loopback only and lives for
+// one run.
+func (w *world) startMariaDB(ctx context.Context) error {
+	datadir := filepath.Join(w.dir, "mariadb")
+	install := exec.CommandContext(ctx, "mariadb-install-db", "--no-defaults", "--datadir="+datadir,
+		"--user="+currentUser(), "--auth-root-authentication-method=normal", "--skip-test-db")
+	if out, err := install.CombinedOutput(); err != nil {
+		return fmt.Errorf("mariadb-install-db: %w\n%s", err, tail(string(out), 2000))
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	w.mariadb = &server{
+		name: "mariadb",
+		args: []string{"mariadbd", "--no-defaults", "--datadir=" + datadir, fmt.Sprintf("--port=%d", port),
+			"--socket=" + filepath.Join(w.dir, "mariadb.sock"), "--bind-address=127.0.0.1", "--user=" + currentUser(),
+			"--skip-grant-tables", "--innodb-buffer-pool-size=128M", "--max-connections=1000",
+			"--log-error=" + filepath.Join(w.dir, "mariadb.err")},
+		logf: filepath.Join(w.dir, "mariadb.log"),
+	}
+	w.mariadb.ready = func(ctx context.Context) error {
+		c, err := net.DialTimeout("tcp", w.mariadb.addr(), 200*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		c.Close()
+		return w.exec(ctx, "", "CREATE DATABASE IF NOT EXISTS oncepay")
+	}
+	return w.mariadb.start(ctx)
+}
+
+// currentUser is the user mariadbd runs as (it refuses root unless told).
+func currentUser() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	if os.Geteuid() == 0 {
+		return "root"
+	}
+	return strconv.Itoa(os.Geteuid())
+}
+
+// startRedis starts one redis-server, or three in cluster mode joined with redis-cli.
+func (w *world) startRedis(ctx context.Context, cluster bool) error {
+	nodes := 1
+	if cluster {
+		nodes = 3
+	}
+	for i := range nodes {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		args := []string{"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", w.dir, "--daemonize", "no"}
+		if cluster {
+			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
+				"--cluster-node-timeout", "2000")
+		}
+		s := &server{name: fmt.Sprintf("redis-%d", i+1), args: args, logf: filepath.Join(w.dir, fmt.Sprintf("redis-%d.log", i+1))}
+		s.ready = func(ctx context.Context) error {
+			c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+			defer c.Close()
+			if !w.clustered {
+				// Before redis-cli joined the nodes (and for a single server), a ping will do.
+				return c.Ping(ctx).Err()
+			}
+			info, err := c.ClusterInfo(ctx).Result()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, "cluster_state:ok") {
+				return errors.New("cluster state is not ok yet")
+			}
+			return nil
+		}
+		w.redis = append(w.redis, s)
+		if err := s.start(ctx); err != nil {
+			return err
+		}
+	}
+	if !cluster {
+		return nil
+	}
+	args := []string{"--cluster", "create"}
+	for _, s := range w.redis {
+		args = append(args, s.addr())
+	}
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("redis-cli --cluster create: %w\n%s", err, tail(string(out), 2000))
+	}
+	// From now on a node is ready only when it sees the cluster whole: a node restarted by a
+	// fault must have rejoined (from its nodes.conf) before the run goes on.
+	w.clustered = true
+	for _, s := range w.redis {
+		if err := waitFor(ctx, 30*time.Second, s.ready); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// redisAddrs is ONCEPAY_REDIS_ADDR: one address, or the cluster's comma list.
+func (w *world) redisAddrs() string {
+	var addrs []string
+	for _, s := range w.redis {
+		addrs = append(addrs, s.addr())
+	}
+	return strings.Join(addrs, ",")
+}
+
+// redisClient is a client of the world's Redis, for the checker.
+func (w *world) redisClient() redis.UniversalClient {
+	var addrs []string
+	for _, s := range w.redis {
+		addrs = append(addrs, s.addr())
+	}
+	if len(addrs) == 1 {
+		return redis.NewClient(&redis.Options{Addr: addrs[0]})
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+}
+
+// startSim starts the channel simulator in this process, on a free port, with a quick retry
+// schedule so that a notification lost to a killed instance comes back within seconds.
+func (w *world) startSim() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	w.simURL = "http://" + l.Addr().String()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	w.sim, err = channelsim.New(channelsim.Config{
+		Secret:    w.secret,
+		Schedule:  []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 5 * time.Second, 5 * time.Second, 10 * time.Second, 10 * time.Second, 30 * time.Second},
+		PublicURL: w.simURL,
+		Logger:    quiet,
+		Client:    &http.Client{Timeout: 3 * time.Second},
+	})
+	if err != nil {
+		return err
+	}
+	w.simSrv = &http.Server{Handler: w.sim.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = w.simSrv.Serve(l) }()
+	return nil
+}
+
+// balancer stands in front of the instances the way a load balancer would: the channel's
+// notifications reach a random instance that is up (a stopped instance counts as up — a
+// balancer cannot tell a paused process from a slow one).
+type balancer struct {
+	mu    sync.Mutex
+	up    map[int]*url.URL
+	addrs map[int]*url.URL
+}
+
+func (b *balancer) setUp(n int, up bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if up {
+		b.up[n] = b.addrs[n]
+	} else {
+		delete(b.up, n)
+	}
+}
+
+func (b *balancer) pick() *url.URL {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.up) == 0 {
+		return nil
+	}
+	keys := make([]int, 0, len(b.up))
+	for k := range b.up {
+		keys = append(keys, k)
+	}
+	return b.up[keys[rand.IntN(len(keys))]]
+}
+
+func (w *world) startBalancer() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	w.lb = &balancer{up: map[int]*url.URL{}, addrs: map[int]*url.URL{}}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			target := w.lb.pick()
+			if target == nil {
+				target = &url.URL{Scheme: "http", Host: "127.0.0.1:1"}
+			}
+			r.SetURL(target)
+		},
+		ErrorHandler: func(rw http.ResponseWriter, _ *http.Request, _ error) { rw.WriteHeader(http.StatusBadGateway) },
+	}
+	w.lbSrv = &http.Server{Handler: proxy, Addr: l.Addr().String(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = w.lbSrv.Serve(l) }()
+	return nil
+}
+
+// newInstance describes oncepay instance n; it does not start it.
+func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	w.lb.addrs[n] = &url.URL{Scheme: "http", Host: addr}
+	env := []string{
+		"ONCEPAY_HTTP_ADDR=" + addr,
+		"ONCEPAY_NODE_ID=" + strconv.Itoa(n),
+		"ONCEPAY_MYSQL_DSN=" + w.mysqlDSN("oncepay"),
+		"ONCEPAY_REDIS_ADDR=" + w.redisAddrs(),
+		"ONCEPAY_KAFKA_BROKERS=" + strings.Join(w.kafka.Brokers, ","),
+		"ONCEPAY_CHANNEL_URL=" + w.simURL,
+		"ONCEPAY_CHANNELS=simpay",
+		"ONCEPAY_CHANNEL_SECRET=" + w.secret,
+		"ONCEPAY_ADMIN_KEY=" + w.adminKey,
+		"ONCEPAY_PUBLIC_URL=http://" + w.lbSrv.Addr,
+		"ONCEPAY_DATA_DIR=" + filepath.Join(w.dir, fmt.Sprintf("oncepay-%d", n)),
+		"ONCEPAY_SEED_DEMO=false",
+		"ONCEPAY_LOCK_TTL=" + opts.lockTTL.String(),
+		"ONCEPAY_ORDER_TTL=" + opts.orderTTL.String(),
+		"ONCEPAY_CLOSE_JOB_INTERVAL=3s",
+		"ONCEPAY_RECONCILE_JOB_INTERVAL=4s",
+		"ONCEPAY_REFUND_JOB_INTERVAL=4s",
+		"ONCEPAY_CHANNEL_TIMEOUT=1s",
+		"ONCEPAY_CHANNEL_RETRIES=2",
+	}
+	if n == opts.instances && opts.slowPayment > 0 {
+		env = append(env, "ONCEPAY_CHAOS_PAYMENT_DELAY="+opts.slowPayment.String())
+	}
+	in := &instance{n: n, base: "http://" + addr}
+	in.server = &server{
+		name: fmt.Sprintf("oncepay-%d", n),
+		args: []string{opts.oncepayBin},
+		env:  env,
+		logf: filepath.Join(w.dir, fmt.Sprintf("oncepay-%d.log", n)),
+	}
+	in.ready = func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, in.base+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	}
+	return in, nil
+}
+
+// close stops everything the world started, instances first.
+func (w *world) close() {
+	for _, in := range w.insts {
+		in.signal(syscall.SIGCONT)
+		in.kill()
+	}
+	if w.lbSrv != nil {
+		_ = w.lbSrv.Close()
+	}
+	if w.simSrv != nil {
+		_ = w.simSrv.Close()
+	}
+	if w.sim != nil {
+		_ = w.sim.Close()
+	}
+	if w.kafka != nil {
+		w.kafka.Close()
+	}
+	for _, s := range w.redis {
+		s.kill()
+	}
+	if w.mariadb != nil {
+		w.mariadb.kill()
+	}
+}
+
+// waitFor polls fn until it succeeds or d has passed.
+func waitFor(ctx context.Context, d time.Duration, fn func(context.Context) error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// tail returns the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
