@@ -20,7 +20,7 @@ func (e *Error) Is(target error) bool {
 	return errors.As(target, &t) && t.Code == e.Code
 }
 
-// The refusals of the Idempotency-Key table (CONTRACT.md).
+// The refusals of the Idempotency-Key table (docs/contract.md).
 var (
 	// ErrKeyInUse: another attempt with this key is running; retry later.
 	ErrKeyInUse = &Error{Code: "idempotency_key_in_use", Detail: "a request with this key is still being processed; retry later"}

@@ -3,7 +3,7 @@
 //
 //	go run ./cmd/channelsim [-addr 127.0.0.1:18090] [-schedule 4m,10m,…] [-data-dir ./data]
 //
-// Flags default to the ONCEPAY_* variables of CONTRACT.md: ONCEPAY_EMBEDDED_CHANNEL_ADDR,
+// Flags default to the ONCEPAY_* variables of docs/contract.md: ONCEPAY_EMBEDDED_CHANNEL_ADDR,
 // ONCEPAY_CHANNEL_SECRET (environment only, so that it never shows in a process list),
 // ONCEPAY_CHANNEL_SIM_SCHEDULE and ONCEPAY_DATA_DIR; the state is kept in
 // $ONCEPAY_DATA_DIR/channelsim.json. SIGINT or SIGTERM shuts it down gracefully.

@@ -47,7 +47,7 @@ var (
 	// ErrInvalidAmount is an amount outside 1..10^10 cents.
 	ErrInvalidAmount = apperr.ErrInvalidRequest.Withf("amount must be an integer number of cents in 1..10^10")
 	// ErrTradeNoTaken is a channel trade_no that already paid another recharge: 422
-	// trade_conflict, recorded as an anomaly (CONTRACT.md).
+	// trade_conflict, recorded as an anomaly (docs/contract.md).
 	ErrTradeNoTaken = anomaly.ErrTradeConflict.Withf("this channel trade_no already paid another recharge")
 )
 

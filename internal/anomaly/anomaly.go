@@ -62,7 +62,7 @@ const (
 var Refundable = []string{PaidAfterClose, DuplicatePayment}
 
 // ErrTradeConflict answers a notification whose channel + trade_no already belongs to another
-// order or recharge (CONTRACT.md): 422, recorded as a TradeConflict anomaly.
+// order or recharge (docs/contract.md): 422, recorded as a TradeConflict anomaly.
 var ErrTradeConflict = apperr.New(http.StatusUnprocessableEntity, TradeConflict,
 	"this channel trade_no already belongs to another order or recharge")
 
@@ -153,7 +153,7 @@ func (r *Recorder) List(ctx context.Context, before int64, limit int) ([]Listed,
 	return out, err
 }
 
-// View is the JSON form of an Anomaly (CONTRACT.md, GET /v1/admin/anomalies).
+// View is the JSON form of an Anomaly (docs/contract.md, GET /v1/admin/anomalies).
 type View struct {
 	ID         string `json:"id"`
 	Kind       string `json:"kind"`

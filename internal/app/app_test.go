@@ -16,14 +16,14 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/app"
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
-	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
-// The keys these tests use: the demo user keys of CONTRACT.md, and an admin key that is not
+// The keys these tests use: the demo user keys of docs/contract.md, and an admin key that is not
 // the dev default, so a test passing proves the configured key is the one checked.
 const (
 	aliceKey = "demo-alice-key"

@@ -5,8 +5,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/idemadmin"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // TestRecordLookupListsAttempts is the diagnosis of seed 000 §5.4 made answerable: five

@@ -24,10 +24,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // chromiumPath is where Debian's chromium package puts the browser; CI installs it.

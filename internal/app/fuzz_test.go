@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
-// contractCodes are the problem codes CONTRACT.md names; every 4xx carries one of them.
+// contractCodes are the problem codes docs/contract.md names; every 4xx carries one of them.
 var contractCodes = map[string]bool{
 	"idempotency_key_missing": true, "idempotency_key_invalid": true, "idempotency_token_invalid": true,
 	"idempotency_key_in_use": true, "idempotency_key_reused": true, "invalid_request": true, "unknown_sku": true,

@@ -8,7 +8,7 @@ import (
 )
 
 // TestHeadAnswersEveryGet: every GET route answers HEAD with the GET's status and no body
-// (CONTRACT.md: load balancers probe /healthz with HEAD), and a HEAD on a write route is
+// (docs/contract.md: load balancers probe /healthz with HEAD), and a HEAD on a write route is
 // still 405.
 func TestHeadAnswersEveryGet(t *testing.T) {
 	s := apptest.StartHTTPOnly(t)

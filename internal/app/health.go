@@ -48,7 +48,7 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 var errConsumersNotJoined = errors.New("consumers have not joined their groups yet")
 
 // kafkaReady checks the broker and that the consumers have joined: before that, a message
-// published now would wait, and /readyz must not promise otherwise (CONTRACT.md, Kafka).
+// published now would wait, and /readyz must not promise otherwise (docs/contract.md, Kafka).
 func (a *App) kafkaReady(ctx context.Context) error {
 	if err := a.Kafka.Ping(ctx); err != nil {
 		return err

@@ -17,7 +17,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/notify"
@@ -25,8 +24,9 @@ import (
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
-	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // The hostile suite: requests a user, an admin or a channel should never send, over HTTP and
@@ -470,7 +470,7 @@ func notificationCases(f hostileFixture) []hostileCase {
 		refundCase("a refund nobody issued", nil, refundBody, true, 404, "not_found", "rejected"),
 	)
 	// A signed notification for alice's pending order with another amount: refused 400 and
-	// kept as an anomaly (CONTRACT.md), nothing else changes. The refusal is not stored under
+	// kept as an anomaly (docs/contract.md), nothing else changes. The refusal is not stored under
 	// the key (TestHostileHTTP checks there is no record), so that the channel's correct copy
 	// still applies: the attempt was refused, nothing stored, a corrected copy runs.
 	out = append(out, hostileCase{name: "payment amount mismatch", method: http.MethodPost, path: apptest.PaymentNotifyPath,

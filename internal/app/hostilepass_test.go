@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/refund"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // These tests hold what a hostile pass on the money paths found, each fixed.

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/app"
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemadmin"
 	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // recordsPath is the admin route of idempotency records, with the selector q.

@@ -347,7 +347,7 @@ func TestSpecProblemCodes(t *testing.T) {
 		"effect_committed",
 	} {
 		if !codes[c] {
-			t.Errorf("the spec's ProblemCode enum lacks CONTRACT.md's code %q", c)
+			t.Errorf("the spec's ProblemCode enum lacks docs/contract.md's code %q", c)
 		}
 	}
 }

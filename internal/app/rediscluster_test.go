@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/idempotent/idemtest"
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemadmin"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // TestRedisCluster runs a whole instance whose ONCEPAY_REDIS_ADDR lists the three masters of

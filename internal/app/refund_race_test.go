@@ -5,9 +5,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/refund"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // TestPartialRefundsSucceedingTogetherRefundTheOrder: two partial refunds that add up to the

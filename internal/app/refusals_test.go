@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/idemadmin"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // These tests hold I12 (a side effect before the key): on the routes whose work calls the

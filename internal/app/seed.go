@@ -6,13 +6,13 @@ import (
 	"github.com/oncepay/oncepay/internal/inventory"
 )
 
-// DemoUsers are the demo users and their API keys (CONTRACT.md, demo data).
+// DemoUsers are the demo users and their API keys (docs/contract.md, demo data).
 var DemoUsers = []struct{ Name, APIKey string }{
 	{"alice", "demo-alice-key"},
 	{"bob", "demo-bob-key"},
 }
 
-// DemoSKUs are the demo catalog (CONTRACT.md, demo data).
+// DemoSKUs are the demo catalog (docs/contract.md, demo data).
 var DemoSKUs = []inventory.Item{
 	{SKU: "SKU-1001", Name: "Mechanical keyboard", Price: 49900, Available: 100},
 	{SKU: "SKU-1002", Name: "USB-C cable", Price: 1999, Available: 1000},

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // goTypeWords are fragments of encoding/json's messages that name Go types; no problem

@@ -1,4 +1,4 @@
-// Package channel is oncepay's client of the payment channel (CONTRACT.md, "The payment
+// Package channel is oncepay's client of the payment channel (docs/contract.md, "The payment
 // channel (outbound)"): it opens, queries and closes trades, refunds them and fetches the
 // daily bill. Every request is signed (X-Signature: hex HMAC-SHA256 of the raw body), every
 // attempt has its own timeout, and failed attempts are retried a bounded number of times with

@@ -3,7 +3,7 @@
 // signed payment and refund notifications that it retries on a schedule until they are
 // acknowledged, as Alipay does. Faults (lost, duplicated and late notifications; writes that
 // time out although applied; writes refused before they apply) can be switched on to drill
-// the incidents CONTRACT.md and INCIDENTS.md describe.
+// the incidents docs/contract.md and docs/incidents.md describe.
 //
 // The package depends on nothing of oncepay's service, so that the simulator stays an
 // independent party: it verifies oncepay's requests with its own HMAC-SHA256 code, and signs

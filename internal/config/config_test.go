@@ -36,7 +36,7 @@ func with(base map[string]string, extra map[string]string) map[string]string {
 	return out
 }
 
-// defaults is the configuration CONTRACT.md promises when no variable is set.
+// defaults is the configuration docs/contract.md promises when no variable is set.
 func defaults() config.Config {
 	return config.Config{
 		HTTPAddr:            "127.0.0.1:8080",

@@ -61,7 +61,7 @@ var (
 	ErrKeyInvalid = apperr.New(http.StatusBadRequest, "idempotency_key_invalid", "Idempotency-Key must be 1..255 visible ASCII characters")
 )
 
-// statusOf maps the guard's refusals to their HTTP statuses (CONTRACT.md).
+// statusOf maps the guard's refusals to their HTTP statuses (docs/contract.md).
 var statusOf = map[string]int{
 	idempotent.ErrKeyInUse.Code:     http.StatusConflict,
 	idempotent.ErrKeyReused.Code:    http.StatusUnprocessableEntity,
@@ -274,7 +274,7 @@ func (a *Adapter) TokenHandler(w http.ResponseWriter, r *http.Request) {
 
 // MarkRejected makes every error response of the requests it matches carry
 // Idempotency-Outcome: rejected unless a layer set another outcome, so that the refusals that
-// happen before the key is read (401, 413 by Content-Length) say so too (CONTRACT.md).
+// happen before the key is read (401, 413 by Content-Length) say so too (docs/contract.md).
 func MarkRejected(matches func(*http.Request) bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

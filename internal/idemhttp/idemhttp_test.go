@@ -24,8 +24,8 @@ import (
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
-	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // TestMain keeps the per-attempt "idempotency" log lines, the 5xx "request failed" lines
@@ -301,7 +301,7 @@ func expectReplay(t *testing.T, what string, again, first reply) {
 }
 
 // TestIdempotencyKeyTable goes through every row of the contract's Idempotency-Key table
-// (CONTRACT.md) with a real router and server, counting the use case's side effect in the
+// (docs/contract.md) with a real router and server, counting the use case's side effect in the
 // database.
 func TestIdempotencyKeyTable(t *testing.T) {
 	t.Run("key missing", func(t *testing.T) {

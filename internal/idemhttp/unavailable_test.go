@@ -13,8 +13,8 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // TestDatabaseDownIsNotStored runs a write whose database connection breaks (the driver's

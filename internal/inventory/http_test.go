@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/inventory"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // TestInventoryHTTP covers the stock routes: the public read, and the admin write with its

@@ -42,7 +42,7 @@ var (
 // MaxSKULen is the longest SKU (the width of the sku columns).
 const MaxSKULen = 64
 
-// ValidSKU reports whether sku matches [A-Za-z0-9._-]{1,64} (CONTRACT.md). Anything else —
+// ValidSKU reports whether sku matches [A-Za-z0-9._-]{1,64} (docs/contract.md). Anything else —
 // spaces, slashes, non-ASCII, invalid UTF-8 — is refused before it reaches a store, where it
 // could be truncated, folded or refused by a column's charset.
 func ValidSKU(sku string) bool {

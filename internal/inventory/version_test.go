@@ -9,12 +9,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
-// TestValidSKU checks the SKU charset of CONTRACT.md: [A-Za-z0-9._-]{1,64}.
+// TestValidSKU checks the SKU charset of docs/contract.md: [A-Za-z0-9._-]{1,64}.
 func TestValidSKU(t *testing.T) {
 	tests := []struct {
 		sku   string

@@ -14,7 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
-// View is the JSON form of an order (CONTRACT.md).
+// View is the JSON form of an order (docs/contract.md).
 type View struct {
 	OrderID   string     `json:"order_id"`
 	UserID    string     `json:"user_id"`

@@ -13,7 +13,7 @@ import (
 // Status is an order's place in its lifecycle.
 type Status string
 
-// The order statuses (CONTRACT.md).
+// The order statuses (docs/contract.md).
 const (
 	PendingPayment Status = "PENDING_PAYMENT"
 	Paid           Status = "PAID"

@@ -13,7 +13,7 @@ import (
 // statuses is every order status.
 var statuses = []Status{PendingPayment, Paid, Cancelled, Closed}
 
-// TestFrom is the transition table of CONTRACT.md, cell by cell: PENDING_PAYMENT may become
+// TestFrom is the transition table of docs/contract.md, cell by cell: PENDING_PAYMENT may become
 // PAID, CANCELLED or CLOSED and nothing else moves, so no late copy or late job can move an
 // order out of PAID (I1, I5) or back to PENDING_PAYMENT.
 func TestFrom(t *testing.T) {
@@ -43,7 +43,7 @@ func nLines(n int, q int64) []Line {
 	return out
 }
 
-// TestValidate checks the order limits of CONTRACT.md at and just past each bound.
+// TestValidate checks the order limits of docs/contract.md at and just past each bound.
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name  string

@@ -15,7 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/kafka"
 )
 
-// Limits of an order request (CONTRACT.md).
+// Limits of an order request (docs/contract.md).
 const (
 	MaxItems    = 50
 	MaxQuantity = 1000

@@ -9,7 +9,7 @@ import (
 )
 
 // TestValidateSKUCharset checks that Validate refuses a SKU outside [A-Za-z0-9._-]{1,64}
-// (CONTRACT.md "Other error codes") and that every refusal names the line's JSON field.
+// (docs/contract.md "Other error codes") and that every refusal names the line's JSON field.
 func TestValidateSKUCharset(t *testing.T) {
 	tests := []struct {
 		name  string

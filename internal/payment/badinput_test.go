@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // TestNotifyRefusals sends reports that must not pay anything and checks, for each, the
@@ -223,7 +223,7 @@ func TestAmountMismatchRepeated(t *testing.T) {
 
 // TestFailedThenSuccess: a channel reports a trade as FAILED (or pending), then the same trade
 // as SUCCESS — how a buyer's second attempt or a delayed confirmation arrives. The non-SUCCESS
-// notification "changes nothing" (CONTRACT.md), so it must not poison the trade's key either:
+// notification "changes nothing" (docs/contract.md), so it must not poison the trade's key either:
 // the later SUCCESS pays the order. A 422 here would mean a payment the channel took is never
 // applied nor recorded for refund.
 func TestFailedThenSuccess(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/notify"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
 // TestConsumerDeadLettersUnparseable: a signed message that is not a notification goes to

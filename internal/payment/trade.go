@@ -42,7 +42,7 @@ type Trade struct {
 	UpdatedAt  time.Time
 }
 
-// TradeView is the answer of POST /v1/orders/{order_id}/payments (CONTRACT.md).
+// TradeView is the answer of POST /v1/orders/{order_id}/payments (docs/contract.md).
 type TradeView struct {
 	OrderID string `json:"order_id"`
 	Channel string `json:"channel"`

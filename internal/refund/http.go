@@ -18,7 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
-// View is the JSON form of a refund (CONTRACT.md).
+// View is the JSON form of a refund (docs/contract.md).
 type View struct {
 	RefundID    string  `json:"refund_id"`
 	OrderID     string  `json:"order_id,omitempty"`

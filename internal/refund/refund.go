@@ -26,7 +26,7 @@ import (
 // Status is a refund's recovery point.
 type Status string
 
-// The refund statuses (CONTRACT.md).
+// The refund statuses (docs/contract.md).
 const (
 	Pending   Status = "PENDING"
 	Submitted Status = "SUBMITTED"

@@ -1,5 +1,5 @@
 -- +goose Up
--- Keys compare byte for byte (CONTRACT.md): idempotency keys, SKUs, channels, trade numbers,
+-- Keys compare byte for byte (docs/contract.md): idempotency keys, SKUs, channels, trade numbers,
 -- user names and ledger facts. MySQL's default collation ignores case and trailing spaces, so
 -- `casekey-1` replayed `CaseKey-1`'s recharge and `sku-1001` updated `SKU-1001`, while SQLite
 -- (and Redis) kept them apart. VARBINARY compares bytes with no padding on MySQL 8 and

@@ -1,5 +1,5 @@
 -- +goose Up
--- The payment channel, outbound (CONTRACT.md). Key columns are VARBINARY: they compare byte
+-- The payment channel, outbound (docs/contract.md). Key columns are VARBINARY: they compare byte
 -- for byte, like every key of 00002.
 
 -- One channel trade per order (out_trade_no = the order id). The row is committed OPENING

@@ -1,5 +1,5 @@
 -- +goose Up
--- The payment channel, outbound (CONTRACT.md); see the MySQL twin for the why of each table.
+-- The payment channel, outbound (docs/contract.md); see the MySQL twin for the why of each table.
 CREATE TABLE trades (
   order_id      INTEGER  NOT NULL PRIMARY KEY,
   channel       TEXT     NOT NULL,

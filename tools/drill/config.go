@@ -185,7 +185,7 @@ func parseConfig(args []string, lookup func(string) (string, bool), stderr io.Wr
 }
 
 // parseBaseURL checks that raw is an absolute http(s) URL and drops a trailing slash, so paths
-// can be appended as they are written in CONTRACT.md.
+// can be appended as they are written in docs/contract.md.
 func parseBaseURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -2,7 +2,7 @@
 // a flash sale) against a running server and prints a verdict table; tools/cmd/drill is its
 // command.
 //
-// It is a black-box client: it knows only CONTRACT.md. Each scenario fires real duplicate
+// It is a black-box client: it knows only docs/contract.md. Each scenario fires real duplicate
 // copies of one request concurrently, over HTTP and the payment.notifications Kafka topic,
 // then checks the business effect through the API (order status, stock, balance, anomalies)
 // and names, from the Idempotency-Outcome header, the layer that stopped each duplicate. With

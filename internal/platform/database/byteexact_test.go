@@ -8,7 +8,7 @@ import (
 	"gorm.io/gorm"
 )
 
-// TestKeysCompareByteForByte is the parity test of CONTRACT.md's byte-exact keys: on both
+// TestKeysCompareByteForByte is the parity test of docs/contract.md's byte-exact keys: on both
 // dialects, values that differ only in case or in a trailing space are distinct rows under
 // every unique key that names a write (idempotency keys, SKUs, channel + trade_no, user names,
 // ledger facts), and an equality lookup finds exactly one of them. MySQL's default collation

@@ -9,7 +9,7 @@ const MaxChannelLen = 32
 // ASCII letter, then up to 31 lowercase letters, digits or underscores (^[a-z][a-z0-9_]{0,31}$),
 // such as "alipay" or "wechat_pay".
 //
-// Channels compare byte for byte in every store (CONTRACT.md), so a second spelling of one
+// Channels compare byte for byte in every store (docs/contract.md), so a second spelling of one
 // channel ("ALIPAY", "alipay ", "Alipay") would be a second key: the same trade number could
 // pay two orders, once per spelling. Rather than fold a spelling silently — the signature
 // covers the bytes the channel sent, and a folded key would no longer be what was signed —

@@ -30,11 +30,11 @@ import (
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemhttp"
-	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
-// The keys of the default configuration and the demo data (CONTRACT.md).
+// The keys of the default configuration and the demo data (docs/contract.md).
 const (
 	// AdminKey is the bearer key of /v1/admin/*.
 	AdminKey = "dev-admin-key"
