@@ -34,6 +34,7 @@ func (s *Sim) routes() http.Handler {
 	})
 	r.Route("/sim", func(r chi.Router) {
 		r.Post("/trades/{out_trade_no}/pay", s.read(s.handlePay))
+		r.Post("/recharges", s.read(s.handleRecharge))
 		r.Get("/trades/{out_trade_no}", s.read(s.handleSimTrade))
 		r.Put("/faults", s.read(s.handlePutFaults))
 		r.Get("/faults", s.read(func(*http.Request) (any, error) { return s.currentFaults(), nil }))
@@ -178,6 +179,16 @@ func (s *Sim) handleCreateRefund(r *http.Request) (any, error) {
 // handleGetRefund serves GET /channel/v1/refunds/{out_refund_no}.
 func (s *Sim) handleGetRefund(r *http.Request) (any, error) {
 	return s.refund(chi.URLParam(r, "out_refund_no"))
+}
+
+// handleRecharge serves POST /sim/recharges {"out_trade_no","amount","notify_url"}: a buyer's
+// recharge at the channel (Sim.Recharge).
+func (s *Sim) handleRecharge(r *http.Request) (any, error) {
+	var req TradeRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return nil, err
+	}
+	return s.Recharge(req.OutTradeNo, req.Amount, req.NotifyURL)
 }
 
 // handleGetBill serves GET /channel/v1/bills?date=YYYY-MM-DD.

@@ -90,11 +90,24 @@ func (s *Sim) openTrade(req TradeRequest) (Trade, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t, err := s.openTradeLocked(req, KindTrade)
+	if err != nil {
+		return Trade{}, err
+	}
+	return t.Trade, nil
+}
+
+// openTradeLocked is openTrade of a validated req, whose notification is of kind; a trade that
+// exists under its out_trade_no must have its amount and kind.
+func (s *Sim) openTradeLocked(req TradeRequest, kind string) (*TradeRecord, error) {
 	if t, ok := s.trades[req.OutTradeNo]; ok {
 		if t.Amount != req.Amount {
-			return Trade{}, ErrTradeMismatch.withf("trade %s exists with amount %d, not %d", req.OutTradeNo, t.Amount, req.Amount)
+			return nil, ErrTradeMismatch.withf("trade %s exists with amount %d, not %d", req.OutTradeNo, t.Amount, req.Amount)
 		}
-		return t.Trade, nil
+		if t.kind() != kind {
+			return nil, ErrTradeMismatch.withf("trade %s exists as a %s, not a %s", req.OutTradeNo, t.kind(), kind)
+		}
+		return t, nil
 	}
 	now := s.now()
 	t := &TradeRecord{
@@ -105,6 +118,7 @@ func (s *Sim) openTrade(req TradeRequest) (Trade, error) {
 			Amount:     req.Amount,
 			PayURL:     s.payURL(req.OutTradeNo),
 		},
+		Kind:      kind,
 		Subject:   req.Subject,
 		NotifyURL: req.NotifyURL,
 		ExpiresAt: req.ExpiresAt,
@@ -112,8 +126,8 @@ func (s *Sim) openTrade(req TradeRequest) (Trade, error) {
 	}
 	s.trades[t.OutTradeNo] = t
 	_ = s.saveLocked()
-	s.log.Info("channel trade opened", "out_trade_no", t.OutTradeNo, "trade_no", t.TradeNo, "amount", t.Amount)
-	return t.Trade, nil
+	s.log.Info("channel trade opened", "kind", kind, "out_trade_no", t.OutTradeNo, "trade_no", t.TradeNo, "amount", t.Amount)
+	return t, nil
 }
 
 // tradeRecord returns a copy of the trade with outTradeNo.
@@ -157,10 +171,34 @@ func (s *Sim) Pay(outTradeNo string) error {
 	return err
 }
 
+// Recharge is a buyer topping up a merchant's account at the channel (what POST /sim/recharges
+// does): a trade of amount under outTradeNo, the merchant's recharge id, is opened and paid at
+// once, and its notification, signed as kind "recharge", goes to notifyURL like a payment's.
+// The trade is on the bill of the day, so that reconciliation finds the recharge oncepay
+// credits. Recharging the same outTradeNo again answers the same trade; another amount, or an
+// out_trade_no of a merchant's trade, is ErrTradeMismatch.
+func (s *Sim) Recharge(outTradeNo string, amount int64, notifyURL string) (Trade, error) {
+	req := TradeRequest{OutTradeNo: outTradeNo, Amount: amount, Subject: "recharge", NotifyURL: notifyURL}
+	if err := req.validate(); err != nil {
+		return Trade{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.openTradeLocked(req, KindRecharge); err != nil {
+		return Trade{}, err
+	}
+	return s.payLocked(outTradeNo)
+}
+
 // pay is Pay answering the trade.
 func (s *Sim) pay(outTradeNo string) (Trade, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.payLocked(outTradeNo)
+}
+
+// payLocked is pay with s.mu held.
+func (s *Sim) payLocked(outTradeNo string) (Trade, error) {
 	t, ok := s.trades[outTradeNo]
 	if !ok {
 		return Trade{}, ErrTradeNotFound.withf("no trade has out_trade_no %q", outTradeNo)
@@ -183,7 +221,7 @@ func (s *Sim) pay(outTradeNo string) (Trade, error) {
 	if err != nil {
 		return Trade{}, err
 	}
-	n := s.addNotificationLocked(KindTrade, t.OutTradeNo, "", t.NotifyURL, body)
+	n := s.addNotificationLocked(t.kind(), t.OutTradeNo, "", t.NotifyURL, body)
 	_ = s.saveLocked()
 	s.log.Info("channel trade paid", "out_trade_no", outTradeNo, "trade_no", t.TradeNo, "amount", t.Amount)
 	s.startNotifierLocked(n.ID)

@@ -2,11 +2,14 @@ package channelsim
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/platform/reportsig"
 )
 
 func TestCreateTradeIsIdempotent(t *testing.T) {
@@ -173,5 +176,42 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New succeeded", name)
 		}
+	}
+}
+
+// A recharge at the channel is a paid trade on the bill whose notification is signed as a
+// recharge report, so that oncepay's reconciliation finds the recharges it credits.
+func TestRechargeIsPaidBilledAndReportedAsARecharge(t *testing.T) {
+	e := newEnv(t, testConfig())
+	rcv := newReceiver(t, nil)
+	status, body := e.do(http.MethodPost, "/sim/recharges", map[string]any{"out_trade_no": "rc-1", "amount": 700, "notify_url": rcv.srv.URL})
+	if status != http.StatusOK {
+		t.Fatalf("POST /sim/recharges = %d %s", status, body)
+	}
+	var tr Trade
+	if err := json.Unmarshal(body, &tr); err != nil || tr.Status != TradeSuccess || tr.TradeNo == "" {
+		t.Fatalf("recharge answered %s (%v), want a paid trade", body, err)
+	}
+	again, err := e.sim.Recharge("rc-1", 700, rcv.srv.URL)
+	if err != nil || again.TradeNo != tr.TradeNo {
+		t.Errorf("recharging rc-1 again = %+v, %v; want trade %s", again, err, tr.TradeNo)
+	}
+	if _, err := e.sim.Recharge("rc-1", 701, rcv.srv.URL); !errors.Is(err, ErrTradeMismatch) {
+		t.Errorf("recharging rc-1 with another amount: err = %v, want ErrTradeMismatch", err)
+	}
+	if _, err := e.sim.openTrade(TradeRequest{OutTradeNo: "rc-1", Amount: 700, NotifyURL: rcv.srv.URL}); !errors.Is(err, ErrTradeMismatch) {
+		t.Errorf("opening a merchant's trade under a recharge's number: err = %v, want ErrTradeMismatch", err)
+	}
+	bill := e.sim.bill(time.Now().UTC().Truncate(24 * time.Hour))
+	if len(bill.Trades) != 1 || bill.Trades[0].TradeNo != tr.TradeNo {
+		t.Errorf("bill trades = %+v, want the recharge %s", bill.Trades, tr.TradeNo)
+	}
+	waitFor(t, 5*time.Second, "the recharge's notification", func() bool { return rcv.count() > 0 })
+	got := rcv.deliveries()
+	if len(got) != 1 {
+		t.Fatalf("the receiver got %d notifications, want 1", len(got))
+	}
+	if err := reportsig.Verify(testSecret, got[0].Signature, KindRecharge, got[0].Body, time.Now(), time.Minute); err != nil {
+		t.Errorf("signature %q does not sign %s as a recharge report: %v", got[0].Signature, got[0].Body, err)
 	}
 }

@@ -28,8 +28,9 @@ const (
 
 // Notification kinds.
 const (
-	KindTrade  = "trade"
-	KindRefund = "refund"
+	KindTrade    = "trade"
+	KindRecharge = "recharge"
+	KindRefund   = "refund"
 )
 
 // TradeRequest is the body of POST /channel/v1/trades.
@@ -56,11 +57,22 @@ type Trade struct {
 // merchant sent and when the trade changed. GET /sim/state and the state file show it.
 type TradeRecord struct {
 	Trade
+	// Kind is the kind of its notification: KindTrade for a merchant's trade, KindRecharge for
+	// a recharge the buyer made at the channel (Sim.Recharge); "" in a saved state is a trade.
+	Kind      string     `json:"kind,omitempty"`
 	Subject   string     `json:"subject"`
 	NotifyURL string     `json:"notify_url"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	ClosedAt  *time.Time `json:"closed_at,omitempty"`
+}
+
+// kind is the kind of the trade's notification.
+func (t *TradeRecord) kind() string {
+	if t.Kind == "" {
+		return KindTrade
+	}
+	return t.Kind
 }
 
 // RefundRequest is the body of POST /channel/v1/refunds.

@@ -416,8 +416,8 @@ func (c *checker) checkPayments(ctx context.Context) error {
 	success := 0
 	channelPaid := map[string]bool{}
 	for _, t := range c.state.Trades {
-		if t.Status != "SUCCESS" {
-			continue
+		if t.Status != "SUCCESS" || t.Kind == channelsim.KindRecharge {
+			continue // checkBalances holds recharges to the channel
 		}
 		success++
 		channelPaid[t.OutTradeNo] = true
@@ -555,7 +555,41 @@ func (c *checker) checkBalances(ctx context.Context) error {
 			}
 		}
 	}
-	c.add("balance_equals_ledger", "per user: balance = sum(ledger) = sum(succeeded recharges); acknowledged recharges credited", len(c.users), vs)
+	// Every recharge the channel took is credited once, by its own trade, and no recharge is
+	// credited by a trade the channel never took.
+	took := map[string]string{}
+	for _, t := range c.state.Trades {
+		if t.Kind == channelsim.KindRecharge && t.Status == "SUCCESS" {
+			took[t.OutTradeNo] = t.TradeNo
+		}
+	}
+	rows, err := c.db.QueryContext(ctx, `SELECT CAST(id AS CHAR), status, COALESCE(trade_no, '') FROM recharges`)
+	if err != nil {
+		return err
+	}
+	credited := map[string]string{}
+	for rows.Next() {
+		var id, status, trade string
+		if err := rows.Scan(&id, &status, &trade); err != nil {
+			rows.Close()
+			return err
+		}
+		if status == "SUCCEEDED" {
+			credited[id] = trade
+		}
+	}
+	rows.Close()
+	for id, trade := range took {
+		if got, ok := credited[id]; !ok || got != trade {
+			vs = append(vs, fmt.Sprintf("LOST: the channel took recharge %s (trade %s) but oncepay credited it by %q", id, trade, got))
+		}
+	}
+	for id, trade := range credited {
+		if took[id] != trade {
+			vs = append(vs, fmt.Sprintf("recharge %s is credited by trade %s the channel never took", id, trade))
+		}
+	}
+	c.add("balance_equals_ledger", "per user: balance = sum(ledger) = sum(succeeded recharges); acknowledged recharges credited; every recharge the channel took credited by its trade", len(c.users)+len(took), vs)
 	return nil
 }
 

@@ -493,6 +493,7 @@ func consistentState() channelsim.State {
 			trade("T2", "5002", channelsim.TradeWaitBuyerPay, 5997),
 			trade("T3", "5003", channelsim.TradeSuccess, 49900),
 			trade("T4", "5004", channelsim.TradeSuccess, 49900),
+			{Trade: channelsim.Trade{TradeNo: "TR1", OutTradeNo: "7001", Status: channelsim.TradeSuccess, Amount: 5000}, Kind: channelsim.KindRecharge},
 		},
 		Refunds: []channelsim.RefundRecord{refund("CR3", "RF3", "5003", 49900), refund("CR4", "RF4", "5004", 49900)},
 	}
@@ -556,6 +557,12 @@ func TestCheckerDatabase(t *testing.T) {
 		{"balance is not the ledger", func(t *testing.T, c *checker) {
 			w.exec(t, `UPDATE accounts SET balance = balance + 100 WHERE user_id = 1001`)
 		}, "balance_equals_ledger", 1, []string{"chaos-01", "balance 5100", "sum(ledger) 5000"}},
+		{"recharge the channel took is not credited", func(t *testing.T, c *checker) {
+			c.state.Trades = append(c.state.Trades, channelsim.TradeRecord{Trade: channelsim.Trade{TradeNo: "TR9", OutTradeNo: "7009", Status: channelsim.TradeSuccess, Amount: 300}, Kind: channelsim.KindRecharge})
+		}, "balance_equals_ledger", 1, []string{"LOST", "recharge 7009", "trade TR9"}},
+		{"recharge credited by a trade the channel never took", func(t *testing.T, c *checker) {
+			w.exec(t, `UPDATE recharges SET trade_no = 'TR7' WHERE id = 7001`)
+		}, "balance_equals_ledger", 2, []string{"recharge 7001", "TR7", "never took"}},
 		{"ledger is not the recharges", func(t *testing.T, c *checker) {
 			w.exec(t, `INSERT INTO account_ledger (id, user_id, biz_type, biz_id, amount, balance_after, created_at) VALUES (8002, 1002, 'recharge', '7002', 300, 300, NOW(6))`,
 				`UPDATE accounts SET balance = 300 WHERE user_id = 1002`)

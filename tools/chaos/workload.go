@@ -419,8 +419,8 @@ func (wl *workload) awaitStatus(ctx context.Context, u user, o *orderRef, status
 	return false
 }
 
-// recharge asks for a recharge and then delivers the channel's notification for it, several
-// copies at once and retried until acknowledged.
+// recharge asks for a recharge, pays it at the channel and then delivers the channel's
+// notification for it, several copies at once and retried until acknowledged.
 func (wl *workload) recharge(ctx context.Context, u user) {
 	amount := int64(100 + mrand.IntN(100000))
 	key := newKey("recharge")
@@ -435,7 +435,14 @@ func (wl *workload) recharge(ctx context.Context, u user) {
 	if json.Unmarshal([]byte(e.Resp), &rc) != nil || rc.ID == "" {
 		return
 	}
-	tradeNo := "rc" + randomHex(12)
+	// The buyer tops up at the channel, which bills the trade and reports it itself; the
+	// copies below race the channel's own notification.
+	t, err := wl.w.sim.Recharge(rc.ID, amount, "http://"+wl.w.lbSrv.Addr+"/v1/recharges/notify")
+	wl.h.add(&event{Kind: kindNote, Op: "buyer_recharges", User: u.name, Key: t.TradeNo, Detail: "recharge " + rc.ID + errSuffix(err)})
+	if err != nil {
+		return
+	}
+	tradeNo := t.TradeNo
 	body := fmt.Appendf(nil, `{"channel":"simpay","trade_no":%q,"out_trade_no":%q,"amount":%d,"status":"SUCCESS"}`, tradeNo, rc.ID, amount)
 	wl.settle(ctx, call{op: "recharge_notify", user: u.name, key: tradeNo, method: http.MethodPost, path: "/v1/recharges/notify",
 		signed: true, body: body}, copiesOf())
