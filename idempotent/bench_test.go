@@ -81,19 +81,19 @@ func BenchmarkNewKeyAllLayers(b *testing.B) { benchNewKeys(b, idempotent.Config{
 // BenchmarkNewKeyRecordFirst is BenchmarkNewKeyAllLayers with the record inserted
 // PROCESSING before the work and completed after it: the placement the default replaced.
 func BenchmarkNewKeyRecordFirst(b *testing.B) {
-	benchNewKeys(b, idempotent.Config{RecordFirst: true})
+	benchNewKeys(b, idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}})
 }
 
 // BenchmarkNewKeyRedsync is BenchmarkNewKeyAllLayers with a redsync mutex instead of the
 // one-script lease: a cache read, a lock, a cache write and an unlock.
 func BenchmarkNewKeyRedsync(b *testing.B) {
-	benchNewKeys(b, idempotent.Config{RedsyncLock: true})
+	benchNewKeys(b, idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}})
 }
 
 // BenchmarkNewKeyDedupOnly is BenchmarkNewKeyAllLayers with the Redis layers off: what the
 // dedup record alone costs, to split the overhead between Redis and the database.
 func BenchmarkNewKeyDedupOnly(b *testing.B) {
-	benchNewKeys(b, idempotent.Config{NoLock: true, NoCache: true})
+	benchNewKeys(b, idempotent.Config{Lab: idempotent.Lab{NoLock: true, NoCache: true}})
 }
 
 // BenchmarkNewKeyNoLayers is the same work in a plain transaction: the baseline.

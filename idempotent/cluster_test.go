@@ -100,7 +100,7 @@ func TestClusterStorm(t *testing.T) {
 		cfg  idempotent.Config
 	}{
 		{"lease", idempotent.Config{}},
-		{"redsync", idempotent.Config{RedsyncLock: true}},
+		{"redsync", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			const nKeys, copies = 24, 16

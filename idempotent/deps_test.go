@@ -3,37 +3,83 @@ package idempotent_test
 import (
 	"errors"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestImportsNothingOfOncepay: the core knows no transport, SQL driver, error type or id
-// generator of oncepay — they come in through Config — so that it can be lifted out as a
-// library. Its dependency graph (tests excluded) holds no other oncepay package.
-func TestImportsNothingOfOncepay(t *testing.T) {
-	t.Parallel()
-	const self = "github.com/oncepay/oncepay/idempotent"
+// kitPackages are the packages of the idempotency kit; each of them is a library another
+// module imports.
+var kitPackages = []string{"", "/httpkey", "/mysqlerr", "/sqliteerr", "/pgerr", "/idemtest"}
+
+// coreModules are the only modules the core and its net/http adapter may build with: a
+// service that imports them pulls in gorm, go-redis, redsync and Prometheus's client, never
+// a SQL driver, a router, a migration tool or a Kafka client.
+var coreModules = []string{
+	"github.com/beorn7/perks", "github.com/cespare/xxhash/v2", "github.com/go-redsync/redsync/v4",
+	"github.com/jinzhu/inflection", "github.com/jinzhu/now", "github.com/munnerz/goautoneg",
+	"github.com/oncepay/oncepay", "github.com/prometheus/client_golang", "github.com/prometheus/client_model",
+	"github.com/prometheus/common", "github.com/prometheus/procfs", "github.com/redis/go-redis/v9",
+	"go.uber.org/atomic", "golang.org/x/sys", "golang.org/x/text", "google.golang.org/protobuf", "gorm.io/gorm",
+}
+
+// goList runs go list with args and returns its lines.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("no go command on PATH: %v", err)
+		t.Fatalf("no go command on PATH: %v", err)
 	}
-	out, err := exec.Command(gobin, "list", "-deps", self).Output()
+	out, err := exec.Command(gobin, append([]string{"list"}, args...)...).Output()
 	if err != nil {
 		var stderr string
 		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
 		}
-		t.Fatalf("go list -deps %s: %v\n%s", self, err, stderr)
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr)
 	}
-	var deps int
+	var lines []string
 	for line := range strings.Lines(string(out)) {
-		pkg := strings.TrimSpace(line)
-		deps++
-		if strings.HasPrefix(pkg, "github.com/oncepay/oncepay/") && pkg != self {
-			t.Errorf("%s depends on %s", self, pkg)
+		if l := strings.TrimSpace(line); l != "" {
+			lines = append(lines, l)
 		}
 	}
-	if deps < 2 || !strings.Contains(string(out), self+"\n") {
-		t.Errorf("go list -deps printed %d packages without %s itself:\n%s", deps, self, out)
+	return lines
+}
+
+// TestImportsNothingOfOncepay: no package of the kit knows a transport, SQL driver, error
+// type or id generator of oncepay — they come in through Config — so that it can be lifted
+// out as a library. Each one's dependency graph (tests excluded) holds no oncepay package
+// outside idempotent/.
+func TestImportsNothingOfOncepay(t *testing.T) {
+	t.Parallel()
+	const kit = "github.com/oncepay/oncepay/idempotent"
+	for _, sub := range kitPackages {
+		self := kit + sub
+		deps := goList(t, "-deps", self)
+		if !slices.Contains(deps, self) {
+			t.Errorf("go list -deps %s printed %d packages without the package itself", self, len(deps))
+		}
+		for _, pkg := range deps {
+			if strings.HasPrefix(pkg, "github.com/oncepay/oncepay/") && pkg != kit && !strings.HasPrefix(pkg, kit+"/") {
+				t.Errorf("%s depends on %s", self, pkg)
+			}
+		}
+	}
+}
+
+// TestCoreBuildsWithFewModules: the core and its net/http adapter build with the modules of
+// coreModules and nothing else (go list -deps, tests excluded).
+func TestCoreBuildsWithFewModules(t *testing.T) {
+	t.Parallel()
+	const kit = "github.com/oncepay/oncepay/idempotent"
+	mods := goList(t, "-deps", "-f", "{{if not .Standard}}{{.Module.Path}}{{end}}", kit, kit+"/httpkey")
+	for _, m := range mods {
+		if !slices.Contains(coreModules, m) {
+			t.Errorf("the core's build pulls in module %s", m)
+		}
+	}
+	if !slices.Contains(mods, "gorm.io/gorm") {
+		t.Errorf("go list printed %d modules without gorm: is it listing the core?", len(mods))
 	}
 }

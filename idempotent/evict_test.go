@@ -35,7 +35,7 @@ func TestEvictStoredClientError(t *testing.T) {
 	if n := countRecords(t, e.db, k); n != 0 {
 		t.Errorf("%d records left after the eviction, want 0", n)
 	}
-	if n, _ := e.rdb.Exists(ctx, "oncepay:idem:{"+k.String()+"}:resp").Result(); n != 0 {
+	if n, _ := e.rdb.Exists(ctx, g.CacheKey(k)).Result(); n != 0 {
 		t.Error("the replay cache entry survived the eviction")
 	}
 
@@ -87,7 +87,7 @@ func TestEvictWhileInFlight(t *testing.T) {
 	k := testKey(t, "user:1", "k")
 	mustExecute(t, g, request(k, `{}`), effectWork(k.BizKey, 0, http.StatusConflict))
 
-	if err := e.rdb.Set(ctx, "oncepay:idem:{"+k.String()+"}:lock", "someone", 0).Err(); err != nil {
+	if err := e.rdb.Set(ctx, g.LeaseKey(k), "someone", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := g.Evict(ctx, k); !errors.Is(err, idempotent.ErrKeyInUse) {

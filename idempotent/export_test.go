@@ -14,3 +14,12 @@ func (g *Guard) TokenKey(token string) string { return g.tokenKey(token) }
 
 // LogKey exposes the Redis key of the attempt log of k.
 func (g *Guard) LogKey(k Key) string { return g.logKey(k) }
+
+// Canonical exposes the canonical form the fingerprint hashes.
+var Canonical = canonical
+
+// Storable exposes the rule of which statuses are stored.
+var Storable = storable
+
+// TokenPrefix is the prefix of an issued token.
+const TokenPrefix = tokenPrefix

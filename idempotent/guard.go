@@ -30,36 +30,19 @@ type Config struct {
 	CacheTTL time.Duration
 	// MessageTTL is how long the consumer's "done" marker lives. Default min(72h, Retention).
 	MessageTTL time.Duration
-	// KeyPrefix starts every Redis key the guard writes, so that several deployments can share
-	// one Redis. Default "oncepay:". It must not contain '{' or '}' (the hash tag is ours).
+	// KeyPrefix starts every Redis key the guard writes, each of which then goes on with
+	// "idem:", so that several deployments can share one Redis. Default none. It must not
+	// contain '{' or '}' (the hash tag is ours).
 	KeyPrefix string
 
 	// RejectWithoutRedis answers ErrUnavailable while Redis is unreachable instead of letting
 	// the Redis layers step aside.
 	RejectWithoutRedis bool
-	// NoLock turns the lock layer off; tests and drills use it to show that the dedup record
-	// alone still gives exactly-once.
-	NoLock bool
-	// NoWatchdog keeps the lock but never renews it: the articles' fixed-TTL lock (I4).
-	NoWatchdog bool
-	// NoCache turns the replay cache off.
-	NoCache bool
-	// RedsyncLock takes the request-path lock with a redsync mutex (a cache read, a lock, a
-	// cache write and an unlock: four Redis round trips) instead of the default lease, which
-	// reads the cache and takes the lock in one Lua script and fills the cache and releases in
-	// another (two round trips). Both keep a random owner value, compare-and-delete release
-	// and the watchdog; the bench compares them.
-	RedsyncLock bool
-	// RecordFirst inserts the dedup record PROCESSING before the work and completes it after
-	// (seed 000) instead of inserting the finished record once after the work (seed 003, the
-	// default). docs/dedup-placement.md has the measurements that chose the default.
-	RecordFirst bool
 
-	// BeforeWork, when set, runs after the lock is taken and before the transaction begins;
-	// an error from it ends the attempt with nothing stored. oncepay uses it for
-	// ONCEPAY_CHAOS_PAYMENT_DELAY: a slow upstream held under the lock (I4) without holding a
-	// database transaction open.
-	BeforeWork func(ctx context.Context, k Key) error
+	// Lab weakens or swaps parts of the guard for the bench that prices each layer and the
+	// training lab that reproduces the incidents they stop. A service leaves it zero.
+	Lab Lab
+
 	// Classify tells the guard what a database error means (see ErrorClass). Default:
 	// Classify, which recognises the record's duplicate key on every dialect; mysqlerr,
 	// sqliteerr and pgerr classify deadlocks and lock timeouts too.
@@ -121,9 +104,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MessageTTL <= 0 {
 		c.MessageTTL = min(72*time.Hour, c.Retention)
-	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "oncepay:"
 	}
 	if c.Classify == nil {
 		c.Classify = Classify
@@ -215,7 +195,7 @@ type Request struct {
 //
 // A Response with a 4xx status recorded with a nil error commits with the work's writes: use
 // it when a refusal must leave a trace (an anomaly recorded for refund). A status that is
-// not Storable (5xx, 401, …) makes record return an error: the work returns it, everything
+// not storable (5xx, 401, …) makes record return an error: the work returns it, everything
 // rolls back, and the response is answered without being stored.
 type Work func(ctx context.Context, tx *gorm.DB, record func(Response) error) error
 
@@ -266,7 +246,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	case l != nil:
 		workCtx = l.ctx
 	}
-	if req.Before != nil && l == nil && !g.cfg.NoLock {
+	if req.Before != nil && l == nil && !g.cfg.Lab.NoLock {
 		err := &Error{Code: ErrUnavailable.Code, Detail: "the request's work outside the transaction must run under its idempotency lease, and redis is unavailable"}
 		g.finish(ctx, req, l, Result{}, err, start, cerr == nil)
 		return Result{Outcome: Unavailable, Layer: LayerLock}, err
@@ -275,7 +255,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	// With no replay cache to ask (turned off, or Redis down), a duplicate would run the
 	// work only to have its record refused at the end: ask the record first. So does a
 	// request with work outside the transaction, which a replay must never repeat.
-	noCache := (g.cfg.NoCache || cerr != nil) && !g.cfg.RecordFirst
+	noCache := (g.cfg.Lab.NoCache || cerr != nil) && !g.cfg.Lab.RecordFirst
 	if noCache || req.Before != nil {
 		if res, found, err := g.fromRecord(ctx, req); found || err != nil {
 			g.finish(ctx, req, l, res, err, start, cerr == nil)
@@ -291,8 +271,8 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		}
 	}()
 
-	if g.cfg.BeforeWork != nil {
-		if err := g.cfg.BeforeWork(workCtx, req.Key); err != nil {
+	if g.cfg.Lab.BeforeWork != nil {
+		if err := g.cfg.Lab.BeforeWork(workCtx, req.Key); err != nil {
 			g.finish(ctx, req, l, Result{}, err, start, cerr == nil)
 			return Result{}, err
 		}
@@ -324,7 +304,7 @@ var errPanicked = errors.New("the work panicked")
 // Redis unreachable: then nothing is sent.
 func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, err error, start time.Time, redisUp bool) {
 	var fill *cached
-	if !g.cfg.NoCache && Storable(res.Response.Status) &&
+	if !g.cfg.Lab.NoCache && storable(res.Response.Status) &&
 		(res.Outcome == Executed || (res.Outcome == Replayed && res.Layer == LayerDedup)) {
 		fill = &cached{Fingerprint: req.Fingerprint, Response: res.Response}
 	}
@@ -333,7 +313,7 @@ func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, e
 	switch {
 	case l != nil:
 		l.release(bg, fill, a)
-	case !redisUp || (g.cfg.NoLock && g.cfg.NoCache):
+	case !redisUp || (g.cfg.Lab.NoLock && g.cfg.Lab.NoCache):
 	default:
 		if fill != nil {
 			g.cachePut(bg, req.Key, fill)
@@ -391,7 +371,7 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 		recordErr error // the record's own statement failed: a duplicate key, say
 	)
 	err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if g.cfg.RecordFirst {
+		if g.cfg.Lab.RecordFirst {
 			if err := g.insertRecord(ctx, tx, rec); err != nil {
 				recordErr = err
 				return err
@@ -402,12 +382,12 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 				return errRecordedTwice
 			}
 			recorded, resp = true, r
-			if !Storable(r.Status) {
+			if !storable(r.Status) {
 				return errNotStored
 			}
 			rec.finish(r)
 			var err error
-			if g.cfg.RecordFirst {
+			if g.cfg.Lab.RecordFirst {
 				err = tx.Model(rec).Select("status", "response_status", "response_headers", "response_body", "updated_at").Updates(rec).Error
 			} else {
 				err = g.insertRecord(ctx, tx, rec)
@@ -481,7 +461,7 @@ func (g *Guard) reject(ctx context.Context, req Request, err error) (Response, b
 		return Response{}, false
 	}
 	resp, ok := render(ctx, err)
-	return resp, ok && Storable(resp.Status)
+	return resp, ok && storable(resp.Status)
 }
 
 // storeRejection stores a business refusal alone, after its transaction rolled back: the

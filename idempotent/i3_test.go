@@ -81,8 +81,8 @@ func TestI3DedupRowPlacement(t *testing.T) {
 		name string
 		cfg  idempotent.Config
 	}{
-		{"record last", idempotent.Config{NoLock: true, NoCache: true}},
-		{"record first", idempotent.Config{NoLock: true, NoCache: true, RecordFirst: true}},
+		{"record last", idempotent.Config{Lab: idempotent.Lab{NoLock: true, NoCache: true}}},
+		{"record first", idempotent.Config{Lab: idempotent.Lab{NoLock: true, NoCache: true, RecordFirst: true}}},
 	} {
 		g := e.guard(placement.cfg)
 		key := idempotent.Key{Scope: "user:1", BizType: "guarded", BizKey: "i3-guarded-" + strings.ReplaceAll(placement.name, " ", "-")}

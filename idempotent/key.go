@@ -28,13 +28,13 @@ func (k Key) String() string { return k.Scope + ":" + k.BizType + ":" + k.BizKey
 func Fingerprint(method, route string, body []byte) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n%s\n", strings.ToUpper(method), route)
-	h.Write(Canonical(body))
+	h.Write(canonical(body))
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Canonical returns body re-encoded with sorted keys and no insignificant whitespace. Numbers
+// canonical returns body re-encoded with sorted keys and no insignificant whitespace. Numbers
 // keep their exact text. A body that is not valid JSON is returned unchanged.
-func Canonical(body []byte) []byte {
+func canonical(body []byte) []byte {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
 		return nil

@@ -92,7 +92,7 @@ func (g *Guard) startLease(ctx context.Context, k Key) *lease {
 
 // arm schedules the next renewal, unless the watchdog is off.
 func (l *lease) arm() {
-	if l.g.cfg.NoWatchdog {
+	if l.g.cfg.Lab.NoWatchdog {
 		return
 	}
 	l.mu.Lock()
@@ -147,7 +147,7 @@ func (l *lease) release(ctx context.Context, fill *cached, a *attempt) {
 // instance at a time runs them; their state preconditions keep them correct even when two
 // overlap (I5).
 func (g *Guard) RunLocked(ctx context.Context, name string, fn func(ctx context.Context) error) (ok bool, err error) {
-	k := Key{Scope: "oncepay", BizType: "job", BizKey: name}
+	k := Key{Scope: "jobs", BizType: "job", BizKey: name}
 	l, err := g.lockRedsync(ctx, g.leaseKey(k), k)
 	switch {
 	case errors.Is(err, errLockBusy):

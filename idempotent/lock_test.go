@@ -32,7 +32,7 @@ var lockKinds = []struct {
 	cfg  idempotent.Config
 }{
 	{"lease", idempotent.Config{}},
-	{"redsync", idempotent.Config{RedsyncLock: true}},
+	{"redsync", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}}},
 }
 
 // TestI4WatchdogKeepsTheLock replays I4 with the fix: the lock lives 1 s, the work takes 3 s.
@@ -97,7 +97,7 @@ func TestI4ExpiredLockDedupIsTheBackstop(t *testing.T) {
 		t.Run(placement.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			g := e.guard(idempotent.Config{LockTTL: time.Second, NoWatchdog: true, RecordFirst: placement.recordFirst})
+			g := e.guard(idempotent.Config{LockTTL: time.Second, Lab: idempotent.Lab{NoWatchdog: true, RecordFirst: placement.recordFirst}})
 			ctx := context.Background()
 			key := testKey(t, "user:1", "debit")
 			req := request(key, `{"amount":100}`)
@@ -214,7 +214,7 @@ func TestI4LockLostCancelsTheWork(t *testing.T) {
 
 // jobKey is the Key whose lease key names RunLocked's redsync mutex for a job.
 func jobKey(name string) idempotent.Key {
-	return idempotent.Key{Scope: "oncepay", BizType: "job", BizKey: name}
+	return idempotent.Key{Scope: "jobs", BizType: "job", BizKey: name}
 }
 
 // TestRunLocked: one instance at a time runs a job under RunLocked's redsync mutex. The

@@ -29,7 +29,7 @@ return 0
 //
 // The caller acknowledges when err is nil (executed or replayed) and also on ErrKeyReused (a
 // deterministic refusal); on any other error it must not, so that the message is redelivered.
-// A work outcome that is not stored (see Storable) is such an error.
+// A work outcome that is not stored (see storable) is such an error.
 func (g *Guard) Message(ctx context.Context, req Request, work Work) (Result, error) {
 	marker := g.markerKey(req.Key)
 	owner := fmt.Sprintf("processing:%.16s:%s", req.Fingerprint, randomSuffix())
@@ -53,7 +53,7 @@ func (g *Guard) Message(ctx context.Context, req Request, work Work) (Result, er
 	}
 
 	res, err := g.Do(ctx, req, work)
-	if err == nil && !Storable(res.Response.Status) {
+	if err == nil && !storable(res.Response.Status) {
 		// Rolled back and not stored (5xx, 401 …): nothing happened, so this copy must be
 		// redelivered, neither acknowledged nor marked done.
 		err = fmt.Errorf("the work answered %d: nothing stored, redeliver", res.Response.Status)

@@ -14,27 +14,27 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "oncepay_idempotency_outcomes_total",
+			Name: "idempotency_outcomes_total",
 			Help: "Attempts at idempotent writes by biz type, the layer that answered, and outcome.",
 		}, []string{"biz_type", "layer", "outcome"}),
 		lockExtensions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "oncepay_idempotency_lock_extensions_total",
+			Name: "idempotency_lock_extensions_total",
 			Help: "Watchdog renewals of idempotency locks by result (ok, failed).",
 		}, []string{"result"}),
 		lockLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "oncepay_idempotency_lock_lost_total",
+			Name: "idempotency_lock_lost_total",
 			Help: "Locks lost while their work ran; the work was cancelled (I4).",
 		}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "oncepay_idempotency_redis_errors_total",
+			Name: "idempotency_redis_errors_total",
 			Help: "Redis failures by layer; in degrade mode the layer stepped aside.",
 		}, []string{"layer"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "oncepay_idempotency_tx_retries_total",
+			Name: "idempotency_tx_retries_total",
 			Help: "Dedup transactions run again after the database aborted them (deadlock, lock wait).",
 		}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "oncepay_idempotency_purged_records_total",
+			Name: "idempotency_purged_records_total",
 			Help: "Dedup records deleted by the purge job (I6).",
 		}),
 	}

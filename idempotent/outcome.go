@@ -69,9 +69,9 @@ type Result struct {
 	Rejection error
 }
 
-// Storable reports whether an outcome with this status is stored for replay (see the
+// storable reports whether an outcome with this status is stored for replay (see the
 // package documentation for the rule and its reasons).
-func Storable(status int) bool {
+func storable(status int) bool {
 	switch {
 	case status >= 200 && status < 300:
 		return true

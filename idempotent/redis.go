@@ -158,15 +158,15 @@ return 0
 // the lock layer is off), or errLockBusy.
 func (g *Guard) claim(ctx context.Context, req Request) (*lease, *cached, error) {
 	k := req.Key
-	if g.cfg.NoLock && g.cfg.NoCache {
+	if g.cfg.Lab.NoLock && g.cfg.Lab.NoCache {
 		return nil, nil, nil
 	}
-	if g.cfg.RedsyncLock {
+	if g.cfg.Lab.RedsyncLock {
 		return g.claimRedsync(ctx, k)
 	}
 	owner := randomToken()
 	reply, err := claimScript.Run(ctx, g.rdb, []string{g.cacheKey(k), g.leaseKey(k), g.logKey(k)},
-		owner, g.cfg.LockTTL.Milliseconds(), flag(!g.cfg.NoLock), flag(!g.cfg.NoCache), req.Fingerprint,
+		owner, g.cfg.LockTTL.Milliseconds(), flag(!g.cfg.Lab.NoLock), flag(!g.cfg.Lab.NoCache), req.Fingerprint,
 		time.Now().UnixMilli(), g.cfg.RequestID(ctx), req.Via, g.cfg.CacheTTL.Milliseconds()).Slice()
 	if err != nil {
 		return nil, nil, errors.Join(errRedisDown, err)
@@ -191,7 +191,7 @@ func (g *Guard) claim(ctx context.Context, req Request) (*lease, *cached, error)
 // claimRedsync is claim with a cache read and a redsync mutex: two round trips instead of
 // one, kept to compare the two in the bench.
 func (g *Guard) claimRedsync(ctx context.Context, k Key) (*lease, *cached, error) {
-	if !g.cfg.NoCache {
+	if !g.cfg.Lab.NoCache {
 		raw, err := g.rdb.Get(ctx, g.cacheKey(k)).Bytes()
 		switch {
 		case err == nil:
@@ -202,7 +202,7 @@ func (g *Guard) claimRedsync(ctx context.Context, k Key) (*lease, *cached, error
 			return nil, nil, errors.Join(errRedisDown, err)
 		}
 	}
-	if g.cfg.NoLock {
+	if g.cfg.Lab.NoLock {
 		return nil, nil, nil
 	}
 	l, err := g.lockRedsync(ctx, g.leaseKey(k), k)

@@ -38,10 +38,7 @@ func TestRedisKeysShareOneHashTag(t *testing.T) {
 	other := idempotent.Key{Scope: "user:43", BizType: "idempotency-key", BizKey: "8e03978e-40d5-43e8"}
 	for _, prefix := range []string{"", "tenant-a:"} {
 		g := e.guard(idempotent.Config{KeyPrefix: prefix})
-		want := prefix
-		if want == "" {
-			want = "oncepay:"
-		}
+		want := prefix + "idem:"
 		keys := map[string]string{"cache": g.CacheKey(k), "lease": g.LeaseKey(k), "marker": g.MarkerKey(k)}
 		for name, key := range keys {
 			if !strings.HasPrefix(key, want) {
@@ -60,7 +57,7 @@ func TestRedisKeysShareOneHashTag(t *testing.T) {
 		if hashTag(g.CacheKey(other)) == hashTag(g.CacheKey(k)) {
 			t.Errorf("two users' keys share the hash tag %q", hashTag(g.CacheKey(k)))
 		}
-		if tok := g.TokenKey("tok_abc"); !strings.HasPrefix(tok, want+"idem:token:") || !strings.HasSuffix(tok, "tok_abc") {
+		if tok := g.TokenKey("tok_abc"); !strings.HasPrefix(tok, want+"token:") || !strings.HasSuffix(tok, "tok_abc") {
 			t.Errorf("prefix %q: token key %q", prefix, tok)
 		}
 	}
@@ -163,7 +160,7 @@ func TestRoundTrips(t *testing.T) {
 		claim, finish int // commands before and after the work of a new key; 0: only log them
 	}{
 		{"lease", idempotent.Config{}, 1, 1},
-		{"redsync", idempotent.Config{RedsyncLock: true}, 0, 0},
+		{"redsync", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}}, 0, 0},
 	} {
 		g := e.guardWith(client, tt.cfg)
 		var beforeWork [][]any

@@ -10,12 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TokenPrefix marks an Idempotency-Key that is a one-time token issued by the server (I7).
+// tokenPrefix marks an Idempotency-Key that is a one-time token issued by the server (I7).
 // Keys without it are client-generated (Stripe style) and skip the token layer.
-const TokenPrefix = "tok_"
+const tokenPrefix = "tok_"
 
 // IsToken reports whether key is a server-issued one-time token.
-func IsToken(key string) bool { return strings.HasPrefix(key, TokenPrefix) }
+func IsToken(key string) bool { return strings.HasPrefix(key, tokenPrefix) }
 
 // tokenState is what consuming a token found.
 type tokenState int
@@ -46,7 +46,7 @@ func (g *Guard) IssueToken(ctx context.Context, scope string) (token string, exp
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", time.Time{}, err
 	}
-	token = TokenPrefix + hex.EncodeToString(b[:])
+	token = tokenPrefix + hex.EncodeToString(b[:])
 	expiresAt = time.Now().UTC().Add(g.cfg.TokenTTL).Truncate(time.Second)
 	if err := g.rdb.Set(ctx, g.tokenKey(token), scope, g.cfg.TokenTTL).Err(); err != nil {
 		return "", time.Time{}, err

@@ -160,12 +160,14 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		LockTTL:            cfg.LockTTL,
 		Retention:          cfg.DedupRetention,
 		RejectWithoutRedis: cfg.RedisFailureMode == config.RedisReject,
-		BeforeWork:         chaosDelay(cfg.ChaosPaymentDelay, notify.BizTypeTrade),
-		Classify:           idemhttp.Classify(a.DB),
-		Reject:             idemhttp.StoredProblem,
-		NewID:              a.IDs.Next,
-		RequestID:          requestid.From,
-		Registerer:         a.Registry,
+		// The chaos hook of ONCEPAY_CHAOS_PAYMENT_DELAY; nil, and the guard whole, without it.
+		Lab:       idempotent.Lab{BeforeWork: chaosDelay(cfg.ChaosPaymentDelay, notify.BizTypeTrade)},
+		Classify:  idemhttp.Classify(a.DB),
+		Reject:    idemhttp.StoredProblem,
+		NewID:     a.IDs.Next,
+		RequestID: requestid.From,
+		// The kit names its metrics idempotency_*; oncepay's /metrics has them as oncepay_*.
+		Registerer: prometheus.WrapRegistererWithPrefix("oncepay_", a.Registry),
 	})
 	a.idem = idemhttp.New(a.Guard)
 

@@ -268,3 +268,24 @@ func TestIdempotencyRecordsSelectors(t *testing.T) {
 	other := strconv.FormatInt(aliceNum+1, 10)
 	apptest.WantProblem(t, s.Do(http.MethodGet, recordsPath(userSelector(other, "mine")), apptest.AdminKey, nil, nil), http.StatusNotFound, "not_found")
 }
+
+// The kit names its metrics idempotency_*; oncepay publishes them under its own prefix, as
+// docs/contract.md and the dashboards know them.
+func TestGuardMetricsCarryOncepaysPrefix(t *testing.T) {
+	s := apptest.StartHTTPOnly(t)
+	key := "metrics-" + t.Name()
+	apptest.Must(t, s.PostOrder(apptest.AliceKey, key, apptest.Item{SKU: "SKU-1001", Quantity: 1}), http.StatusCreated)
+	apptest.Must(t, s.PostOrder(apptest.AliceKey, key, apptest.Item{SKU: "SKU-1001", Quantity: 1}), http.StatusCreated)
+	metrics := string(apptest.Must(t, s.Do(http.MethodGet, "/metrics", "", nil, nil), http.StatusOK).Body)
+	for _, line := range []string{
+		`oncepay_idempotency_outcomes_total{biz_type="idempotency-key",layer="work",outcome="executed"} 1`,
+		`oncepay_idempotency_outcomes_total{biz_type="idempotency-key",layer="cache",outcome="replayed"} 1`,
+	} {
+		if !strings.Contains(metrics, line) {
+			t.Errorf("/metrics lacks %s", line)
+		}
+	}
+	if strings.Contains(metrics, "\nidempotency_") {
+		t.Error("/metrics has the kit's unprefixed idempotency_* names")
+	}
+}

@@ -385,7 +385,7 @@ func TestIdempotencyKeyTable(t *testing.T) {
 		cfg  idempotent.Config
 	}{
 		{"from the cache", idempotent.Config{}},
-		{"from the dedup record", idempotent.Config{NoCache: true}},
+		{"from the dedup record", idempotent.Config{Lab: idempotent.Lab{NoCache: true}}},
 	} {
 		t.Run("first then replay "+cache.name, func(t *testing.T) {
 			t.Parallel()

@@ -692,7 +692,7 @@ func (c *checker) checkLeases(ctx context.Context) error {
 			switch {
 			case ttl < 0 || ttl > c.lockTTL:
 				vs = append(vs, fmt.Sprintf("%s: lease with TTL %s (lock TTL %s)", iter.Val(), ttl, c.lockTTL))
-			case strings.Contains(iter.Val(), "{oncepay:job:"):
+			case strings.Contains(iter.Val(), "{jobs:job:"):
 				// A scheduled job of a live instance holds its lock now; its TTL is bounded.
 			default:
 				vs = append(vs, fmt.Sprintf("%s: still leased %s after the run settled", iter.Val(), ttl))

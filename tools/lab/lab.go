@@ -64,13 +64,12 @@ func New(db *gorm.DB, rdb redis.UniversalClient, redisPrefix string, gen *ids.Ge
 		KeyPrefix: l.prefix,
 		// The lease runs out during the pause and nothing renews it: a paused process cannot
 		// run its watchdog either. What must stop the stale write is the database.
-		LockTTL:    staleLease,
-		NoWatchdog: true,
-		BeforeWork: pauseHolder,
-		Classify:   idemhttp.Classify(db),
-		Reject:     idemhttp.StoredProblem,
-		NewID:      gen.Next,
-		RequestID:  requestid.From,
+		LockTTL:   staleLease,
+		Lab:       idempotent.Lab{NoWatchdog: true, BeforeWork: pauseHolder},
+		Classify:  idemhttp.Classify(db),
+		Reject:    idemhttp.StoredProblem,
+		NewID:     gen.Next,
+		RequestID: requestid.From,
 	}))
 	l.keyed = idemhttp.New(idempotent.New(db, rdb, idempotent.Config{
 		KeyPrefix: l.prefix,
