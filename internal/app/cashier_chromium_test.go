@@ -3,26 +3,19 @@
 package app_test
 
 import (
-	"bufio"
-	"crypto/rand"
-	"crypto/sha1"
-	"encoding/base64"
-	"encoding/binary"
-	"encoding/json"
-	"errors"
+	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
 
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/order"
@@ -33,12 +26,20 @@ import (
 // chromiumPath is where Debian's chromium package puts the browser; CI installs it.
 const chromiumPath = "/usr/bin/chromium"
 
+// chromiumStartTimeout bounds the start of the browser and of its first tab. A loaded CI
+// runner with two cores has needed more than 15 s for it.
+const chromiumStartTimeout = 60 * time.Second
+
+// chromiumCommandTimeout bounds one action in the page, such as an evaluation or a navigation.
+const chromiumCommandTimeout = 15 * time.Second
+
 // TestCashierPageInChromiumDoubleClickPaysOnce opens a trade the way a shop does, loads its
 // pay_url — the simulator's cashier page — in headless Chromium and double-clicks Pay with
-// real mouse input (Chrome DevTools protocol, Input.dispatchMouseEvent: trusted events that go
-// through hit testing, as a person's clicks do). The order must become PAID once: one payments
-// row, one unit sold, one SUCCESS trade at the channel, one POST /pay from the page; and the
-// page itself must show the notification the simulator sent back to oncepay, acknowledged.
+// real mouse input (chromedp's MouseEvent, that is Input.dispatchMouseEvent of the DevTools
+// protocol: trusted events that go through hit testing, as a person's clicks do). The order
+// must become PAID once: one payments row, one unit sold, one SUCCESS trade at the channel, one
+// POST /pay from the page; and the page itself must show the notification the simulator sent
+// back to oncepay, acknowledged.
 func TestCashierPageInChromiumDoubleClickPaysOnce(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -79,50 +80,49 @@ func TestCashierPageInChromiumDoubleClickPaysOnce(t *testing.T) {
 	}
 
 	page := openInChromium(t, tv.PayURL)
-	page.call(t, "Runtime.enable", nil)
-	page.call(t, "Network.enable", nil)
 
 	// The page is ready when its button is there and enabled (the trade is WAIT_BUYER_PAY).
-	var box struct {
+	type payButton struct {
 		X, Y     float64
 		Disabled bool
 		Status   string
 	}
+	var box payButton
 	apptest.Eventually(t, 10*time.Second, "the cashier page loaded with an enabled Pay button", func() (bool, string) {
-		raw := page.eval(t, `(() => {
+		b := evalIn[*payButton](t, page, `(() => {
 			const b = document.getElementById("pay");
 			if (document.readyState !== "complete" || !b) return null;
 			const r = b.getBoundingClientRect();
 			return {X: r.left + r.width / 2, Y: r.top + r.height / 2, Disabled: b.disabled,
 				Status: document.getElementById("status").textContent};
 		})()`)
-		if string(raw) == "null" || json.Unmarshal(raw, &box) != nil {
-			return false, "not loaded: " + string(raw)
+		if b == nil {
+			return false, "not loaded"
 		}
-		return !box.Disabled && box.Status == "WAIT_BUYER_PAY", string(raw)
+		box = *b
+		return !box.Disabled && box.Status == "WAIT_BUYER_PAY", fmt.Sprintf("%+v", box)
 	})
-	if title := string(page.eval(t, `document.title`)); !strings.Contains(title, o.OrderID) {
-		t.Errorf("page title %s does not name the trade %s", title, o.OrderID)
+	if title := evalIn[string](t, page, `document.title`); !strings.Contains(title, o.OrderID) {
+		t.Errorf("page title %q does not name the trade %s", title, o.OrderID)
 	}
 
-	// A fast double click: press, release, press, release (clickCount 1 then 2), sent back to
-	// back without waiting for the browser's answers in between. The page counts the presses
-	// it received, to show that both reached it.
-	page.eval(t, `window.__presses = 0; window.addEventListener("pointerdown", () => window.__presses++, true); true`)
-	var sent []int64
-	for _, click := range []int{1, 2} {
-		for _, typ := range []string{"mousePressed", "mouseReleased"} {
-			sent = append(sent, page.send(t, "Input.dispatchMouseEvent", map[string]any{
-				"type": typ, "x": box.X, "y": box.Y, "button": "left", "buttons": 1, "clickCount": click,
-			}))
+	// A fast double click: press, release, press, release (clickCount 1 then 2), each with the
+	// left button (buttons = 1). chromedp sends an event once the browser answered the one
+	// before, and the browser answers Input.dispatchMouseEvent once the page acknowledged the
+	// event, so the four events reach the page in order and back to back. The page counts the
+	// presses it received, to show that both reached it.
+	evalIn[bool](t, page, `window.__presses = 0; window.addEventListener("pointerdown", () => window.__presses++, true); true`)
+	leftHeld := func(p *input.DispatchMouseEventParams) { p.Buttons = 1 }
+	var clicks []chromedp.Action[chromedp.Void]
+	for _, n := range []int{1, 2} {
+		for _, typ := range []input.DispatchMouseEventType{chromedp.MousePressed, chromedp.MouseReleased} {
+			clicks = append(clicks, chromedp.MouseEvent(typ, box.X, box.Y, chromedp.ButtonLeft, chromedp.ClickCount(n), leftHeld))
 		}
 	}
-	for _, id := range sent {
-		page.wait(t, id)
-	}
+	runIn(t, page, "double click on Pay", chromedp.Steps(clicks...))
 
-	if presses := string(page.eval(t, `window.__presses`)); presses != "2" {
-		t.Errorf("the page received %s presses of the double click, want 2", presses)
+	if presses := evalIn[int](t, page, `window.__presses`); presses != 2 {
+		t.Errorf("the page received %d presses of the double click, want 2", presses)
 	}
 	waitStatus(t, s, o.OrderID, order.Paid)
 
@@ -130,30 +130,25 @@ func TestCashierPageInChromiumDoubleClickPaysOnce(t *testing.T) {
 	// oncepay, whose answer was 200 {"result":"success"}, and the page's poll rendered it.
 	var text string
 	apptest.Eventually(t, 10*time.Second, "the cashier page shows the delivered notification", func() (bool, string) {
-		var v struct {
+		v := evalIn[struct {
 			Text string
 			OK   int
 			Rows int
-		}
-		raw := page.eval(t, `({Text: document.body.innerText,
+		}](t, page, `({Text: document.body.innerText,
 			OK: document.querySelectorAll("#attempts td.ok").length,
 			Rows: document.querySelectorAll("#attempts tr").length})`)
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return false, string(raw)
-		}
 		text = v.Text
 		ok := v.Rows >= 1 && v.OK >= 1 && strings.Contains(v.Text, channelsim.NotificationDelivered) &&
 			strings.Contains(v.Text, `200 {"result":"success"}`) && strings.Contains(v.Text, "status "+channelsim.TradeSuccess)
 		return ok, fmt.Sprintf("%d rows, %d ok; text %q", v.Rows, v.OK, v.Text)
 	})
 	t.Logf("cashier page after the double click:\n%s", text)
-	if disabled := string(page.eval(t, `document.getElementById("pay").disabled`)); disabled != "true" {
-		t.Errorf("the Pay button of a paid trade is enabled (disabled = %s)", disabled)
+	if !evalIn[bool](t, page, `document.getElementById("pay").disabled`) {
+		t.Errorf("the Pay button of a paid trade is enabled")
 	}
-	if msg := string(page.eval(t, `document.getElementById("error").textContent`)); msg != `""` {
-		t.Errorf("the page shows an error: %s", msg)
+	if msg := evalIn[string](t, page, `document.getElementById("error").textContent`); msg != "" {
+		t.Errorf("the page shows an error: %q", msg)
 	}
-
 	// Once: one POST from the page (the first click disables the button), one payment, one
 	// unit sold, one SUCCESS trade at the channel, one notification, acknowledged.
 	if posts := page.payPosts(); len(posts) != 1 {
@@ -194,361 +189,122 @@ func TestCashierPageInChromiumDoubleClickPaysOnce(t *testing.T) {
 	t.Logf("paid through the cashier page in %s", time.Since(start).Round(time.Millisecond))
 }
 
-// openInChromium starts headless Chromium on pageURL with its DevTools endpoint on a free port
-// of 127.0.0.1 and returns a session attached to that page. The browser (its whole process
-// group) is stopped, and waited for, when the test ends.
-func openInChromium(t *testing.T, pageURL string) *cdpSession {
+// chromiumPage is a tab of headless Chromium that chromedp drives. It keeps the POST requests
+// to …/pay that the page sent and the exceptions that it did not catch.
+type chromiumPage struct {
+	ctx context.Context // the chromedp context of the tab and of its browser
+
+	mu     sync.Mutex
+	posts  []string // guarded by mu
+	thrown []string // guarded by mu
+}
+
+// openInChromium starts headless Chromium and loads pageURL in its tab. The browser stops, and
+// chromedp kills what is left of its processes and removes its profile, when the test ends.
+func openInChromium(t *testing.T, pageURL string) *chromiumPage {
 	t.Helper()
-	dir := t.TempDir() // removed after the browser stopped: cleanups run last-registered first
-	cmd := exec.Command(chromiumPath, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+filepath.Join(dir, "profile"), "--window-size=1000,800",
-		"--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", pageURL)
-	cmd.Env = append(os.Environ(), "HOME="+dir) // nothing of the user's profile is read or written
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	exited := make(chan struct{})
-	var logMu sync.Mutex
-	var log strings.Builder
-	endpoint := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			logMu.Lock()
-			log.WriteString(line + "\n")
-			logMu.Unlock()
-			if rest, ok := strings.CutPrefix(line, "DevTools listening on "); ok {
-				select {
-				case endpoint <- rest:
-				default:
-				}
-			}
-		}
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	chromiumLog := func() string {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return log.String()
-	}
+	home := t.TempDir() // removed after the browser stopped: cleanups run last-registered first
+	var output chromiumOutput
+	// The default options run the browser headless; no-sandbox lets it run as root.
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
+		chromedp.WindowSize(1000, 800),
+		chromedp.Env("HOME="+home), // nothing of the user's profile is read or written
+		chromedp.CombinedOutput(&output))
+	// The browser lives as long as base, so a start that takes too long can be stopped.
+	base, stop := context.WithCancel(context.Background())
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(base, opts...)
+	ctx, cancelCtx := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() {
-		pgid := cmd.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-exited
-		}
-		// Helpers (zygote, renderer) share the group; make sure none outlives the test.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		cancelCtx() // waits until the browser exited and its profile is removed
+		cancelAlloc()
+		stop()
 	})
 
-	var browserWS string
-	select {
-	case browserWS = <-endpoint:
-	case <-exited:
-		t.Fatalf("chromium exited before its DevTools endpoint was up:\n%s", chromiumLog())
-	case <-time.After(15 * time.Second):
-		t.Fatalf("chromium did not announce its DevTools endpoint within 15s:\n%s", chromiumLog())
+	timer := time.AfterFunc(chromiumStartTimeout, stop)
+	err := chromedp.Do(ctx) // starts the browser and attaches to its tab
+	if !timer.Stop() {
+		t.Fatalf("chromium did not start within %s (%v):\n%s", chromiumStartTimeout, err, output.String())
 	}
-	u, err := url.Parse(browserWS)
 	if err != nil {
-		t.Fatalf("DevTools endpoint %q: %v", browserWS, err)
+		t.Fatalf("start chromium: %v\n%s", err, output.String())
 	}
 
-	// The page's own target, found by its URL in /json/list.
-	var wsURL string
-	apptest.Eventually(t, 10*time.Second, "the cashier page's DevTools target", func() (bool, string) {
-		res, err := http.Get("http://" + u.Host + "/json/list")
-		if err != nil {
-			return false, err.Error()
-		}
-		defer res.Body.Close()
-		var targets []struct{ Type, URL, WebSocketDebuggerURL string }
-		if err := json.NewDecoder(res.Body).Decode(&targets); err != nil {
-			return false, err.Error()
-		}
-		for _, tg := range targets {
-			if tg.Type == "page" && tg.URL == pageURL && tg.WebSocketDebuggerURL != "" {
-				wsURL = tg.WebSocketDebuggerURL
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%+v", targets)
-	})
-	ws, err := dialWebSocket(wsURL, 10*time.Second)
-	if err != nil {
-		t.Fatalf("DevTools WebSocket %s: %v\n%s", wsURL, err, chromiumLog())
+	p := &chromiumPage{ctx: ctx}
+	if err := chromedp.Listen(ctx, p.record); err != nil {
+		t.Fatalf("listen to the page's events: %v", err)
 	}
-	t.Cleanup(func() { _ = ws.Close() })
-	return &cdpSession{ws: ws, answers: map[int64]cdpMessage{}}
+	runIn(t, p, "open "+pageURL, chromedp.Navigate(pageURL))
+	return p
 }
 
-// cdpSession is one Chrome DevTools protocol session over a page target's WebSocket. It is
-// driven from the test's goroutine only: it reads from the socket while it waits for an
-// answer, keeping the events that arrive meanwhile.
-type cdpSession struct {
-	ws      *wsConn
-	next    int64
-	answers map[int64]cdpMessage
-	events  []cdpMessage
+// record keeps the events that the test checks. chromedp calls it in the loop that reads the
+// tab's messages, so it returns at once.
+func (p *chromiumPage) record(ev any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch ev := ev.(type) {
+	case *network.EventRequestWillBeSent:
+		if ev.Request.Method == http.MethodPost && strings.HasSuffix(ev.Request.URL, "/pay") {
+			p.posts = append(p.posts, ev.Request.URL)
+		}
+	case *runtime.EventExceptionThrown:
+		p.thrown = append(p.thrown, (&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
+	}
 }
 
-// cdpMessage is a command's answer (ID set) or an event (Method set).
-type cdpMessage struct {
-	ID     int64           `json:"id"`
-	Method string          `json:"method"`
-	Params json.RawMessage `json:"params"`
-	Result json.RawMessage `json:"result"`
-	Error  *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
+// payPosts lists the POST requests to …/pay that the page sent.
+func (p *chromiumPage) payPosts() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.posts...)
 }
 
-// send sends a command without waiting for its answer and returns its id.
-func (c *cdpSession) send(t *testing.T, method string, params any) int64 {
+// exceptions lists the uncaught exceptions of the page.
+func (p *chromiumPage) exceptions() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.thrown...)
+}
+
+// runIn runs the action in the page and returns its value. It fails the test when the action
+// fails or takes longer than chromiumCommandTimeout.
+func runIn[T any](t *testing.T, p *chromiumPage, what string, a chromedp.Action[T]) T {
 	t.Helper()
-	c.next++
-	msg, err := json.Marshal(map[string]any{"id": c.next, "method": method, "params": params})
+	ctx, cancel := context.WithTimeout(p.ctx, chromiumCommandTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("chromium: %s: %v", what, err)
 	}
-	if err := c.ws.WriteText(msg, 10*time.Second); err != nil {
-		t.Fatalf("DevTools %s: %v", method, err)
-	}
-	return c.next
+	return v
 }
 
-// wait reads until the answer of command id came, failing the test on a protocol error.
-func (c *cdpSession) wait(t *testing.T, id int64) json.RawMessage {
+// evalIn evaluates the JavaScript expression in the page and decodes its value into T. A null
+// value decodes into a nil pointer; an exception fails the test.
+func evalIn[T any](t *testing.T, p *chromiumPage, expr string) T {
 	t.Helper()
-	for {
-		if m, ok := c.answers[id]; ok {
-			delete(c.answers, id)
-			if m.Error != nil {
-				t.Fatalf("DevTools command %d: %d %s", id, m.Error.Code, m.Error.Message)
-			}
-			return m.Result
-		}
-		raw, err := c.ws.ReadMessage(15 * time.Second)
-		if err != nil {
-			t.Fatalf("DevTools: waiting for the answer to command %d: %v", id, err)
-		}
-		var m cdpMessage
-		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatalf("DevTools sent %q: %v", raw, err)
-		}
-		if m.Method != "" {
-			c.events = append(c.events, m)
-		} else {
-			c.answers[m.ID] = m
-		}
-	}
+	return runIn(t, p, "evaluate "+expr, chromedp.Evaluate[T](expr))
 }
 
-// call sends a command and waits for its answer.
-func (c *cdpSession) call(t *testing.T, method string, params any) json.RawMessage {
-	t.Helper()
-	return c.wait(t, c.send(t, method, params))
+// chromiumOutput keeps what the browser prints, for the message of a start that failed. The
+// allocator writes to it from its own goroutine.
+type chromiumOutput struct {
+	mu  sync.Mutex
+	buf strings.Builder
 }
 
-// eval evaluates a JavaScript expression in the page and returns its value as JSON.
-func (c *cdpSession) eval(t *testing.T, expr string) json.RawMessage {
-	t.Helper()
-	var res struct {
-		Result struct {
-			Value json.RawMessage `json:"value"`
-		} `json:"result"`
-		ExceptionDetails *struct {
-			Text      string `json:"text"`
-			Exception struct {
-				Description string `json:"description"`
-			} `json:"exception"`
-		} `json:"exceptionDetails"`
-	}
-	raw := c.call(t, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true})
-	if err := json.Unmarshal(raw, &res); err != nil {
-		t.Fatalf("Runtime.evaluate answered %s: %v", raw, err)
-	}
-	if e := res.ExceptionDetails; e != nil {
-		t.Fatalf("evaluating %q: %s %s", expr, e.Text, e.Exception.Description)
-	}
-	if len(res.Result.Value) == 0 {
-		return json.RawMessage("undefined")
-	}
-	return res.Result.Value
+// Write appends p to the output.
+func (o *chromiumOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
 }
 
-// payPosts lists the POST requests to …/pay the page sent (Network.requestWillBeSent events).
-func (c *cdpSession) payPosts() []string {
-	var posts []string
-	for _, e := range c.events {
-		if e.Method != "Network.requestWillBeSent" {
-			continue
-		}
-		var p struct {
-			Request struct{ URL, Method string } `json:"request"`
-		}
-		if json.Unmarshal(e.Params, &p) == nil && p.Request.Method == http.MethodPost && strings.HasSuffix(p.Request.URL, "/pay") {
-			posts = append(posts, p.Request.URL)
-		}
-	}
-	return posts
-}
-
-// exceptions lists the page's uncaught exceptions (Runtime.exceptionThrown events).
-func (c *cdpSession) exceptions() []string {
-	var errs []string
-	for _, e := range c.events {
-		if e.Method == "Runtime.exceptionThrown" {
-			errs = append(errs, string(e.Params))
-		}
-	}
-	return errs
-}
-
-// wsConn is the client side of an RFC 6455 WebSocket, just enough for the DevTools protocol:
-// text messages (possibly fragmented), pings answered, no extension.
-type wsConn struct {
-	conn net.Conn
-	r    *bufio.Reader
-}
-
-// wsGUID is RFC 6455's key suffix for Sec-WebSocket-Accept.
-const wsGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
-// dialWebSocket opens a ws:// URL. It sends no Origin header: Chromium's DevTools endpoint
-// accepts such clients without --remote-allow-origins.
-func dialWebSocket(rawURL string, timeout time.Duration) (*wsConn, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	if u.Scheme != "ws" {
-		return nil, fmt.Errorf("scheme %q, want ws", u.Scheme)
-	}
-	conn, err := net.DialTimeout("tcp", u.Host, timeout)
-	if err != nil {
-		return nil, err
-	}
-	_ = conn.SetDeadline(time.Now().Add(timeout))
-	var nonce [16]byte
-	_, _ = rand.Read(nonce[:])
-	key := base64.StdEncoding.EncodeToString(nonce[:])
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", u.RequestURI(), u.Host, key)
-	r := bufio.NewReader(conn)
-	res, err := http.ReadResponse(r, &http.Request{Method: http.MethodGet})
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("handshake: %w", err)
-	}
-	sum := sha1.Sum([]byte(key + wsGUID))
-	if res.StatusCode != http.StatusSwitchingProtocols || res.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]) {
-		body, _ := io.ReadAll(io.LimitReader(res.Body, 1024))
-		conn.Close()
-		return nil, fmt.Errorf("handshake refused: %s %s", res.Status, body)
-	}
-	_ = conn.SetDeadline(time.Time{})
-	return &wsConn{conn: conn, r: r}, nil
-}
-
-// WriteText sends one text message in one masked frame (a client masks every frame).
-func (c *wsConn) WriteText(payload []byte, timeout time.Duration) error {
-	return c.writeFrame(0x1, payload, timeout)
-}
-
-func (c *wsConn) writeFrame(opcode byte, payload []byte, timeout time.Duration) error {
-	header := []byte{0x80 | opcode} // FIN
-	switch n := len(payload); {
-	case n < 126:
-		header = append(header, 0x80|byte(n))
-	case n <= 0xffff:
-		header = append(header, 0x80|126)
-		header = binary.BigEndian.AppendUint16(header, uint16(n))
-	default:
-		header = append(header, 0x80|127)
-		header = binary.BigEndian.AppendUint64(header, uint64(n))
-	}
-	var mask [4]byte
-	_, _ = rand.Read(mask[:])
-	header = append(header, mask[:]...)
-	frame := make([]byte, 0, len(header)+len(payload))
-	frame = append(frame, header...)
-	for i, b := range payload {
-		frame = append(frame, b^mask[i%4])
-	}
-	_ = c.conn.SetWriteDeadline(time.Now().Add(timeout))
-	_, err := c.conn.Write(frame)
-	return err
-}
-
-// ReadMessage returns the next text message, answering pings on the way.
-func (c *wsConn) ReadMessage(timeout time.Duration) ([]byte, error) {
-	_ = c.conn.SetReadDeadline(time.Now().Add(timeout))
-	var msg []byte
-	for {
-		var head [2]byte
-		if _, err := io.ReadFull(c.r, head[:]); err != nil {
-			return nil, err
-		}
-		fin, opcode := head[0]&0x80 != 0, head[0]&0x0f
-		if head[1]&0x80 != 0 {
-			return nil, errors.New("the server sent a masked frame")
-		}
-		n := uint64(head[1] & 0x7f)
-		switch n {
-		case 126:
-			var ext [2]byte
-			if _, err := io.ReadFull(c.r, ext[:]); err != nil {
-				return nil, err
-			}
-			n = uint64(binary.BigEndian.Uint16(ext[:]))
-		case 127:
-			var ext [8]byte
-			if _, err := io.ReadFull(c.r, ext[:]); err != nil {
-				return nil, err
-			}
-			n = binary.BigEndian.Uint64(ext[:])
-		}
-		if n > 64<<20 {
-			return nil, fmt.Errorf("a %d-byte frame", n)
-		}
-		payload := make([]byte, n)
-		if _, err := io.ReadFull(c.r, payload); err != nil {
-			return nil, err
-		}
-		switch opcode {
-		case 0x0, 0x1, 0x2: // continuation, text, binary
-			msg = append(msg, payload...)
-			if fin {
-				return msg, nil
-			}
-		case 0x8:
-			return nil, fmt.Errorf("the server closed the WebSocket: %q", payload)
-		case 0x9:
-			if err := c.writeFrame(0xA, payload, timeout); err != nil {
-				return nil, err
-			}
-		case 0xA: // an unsolicited pong
-		default:
-			return nil, fmt.Errorf("unknown opcode %#x", opcode)
-		}
-	}
-}
-
-// Close sends a close frame and closes the connection.
-func (c *wsConn) Close() error {
-	_ = c.writeFrame(0x8, []byte{0x03, 0xe8}, time.Second) // 1000 normal closure
-	return c.conn.Close()
+// String returns the output so far.
+func (o *chromiumOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
 }
