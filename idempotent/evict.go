@@ -37,7 +37,7 @@ func (g *Guard) Policy() Policy {
 		CacheTTL:        g.cfg.CacheTTL,
 		TokenTTL:        g.cfg.TokenTTL,
 		LockTTL:         g.cfg.LockTTL,
-		ReplayedHeaders: append([]string(nil), ReplayedHeaders...),
+		ReplayedHeaders: append([]string(nil), replayedHeaders...),
 	}
 }
 

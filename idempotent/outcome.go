@@ -56,8 +56,9 @@ type Response struct {
 	Body   []byte            `json:"body,omitempty"`
 }
 
-// ReplayedHeaders are the response headers stored with an outcome and sent again on replay.
-var ReplayedHeaders = []string{"Content-Type", "Location"}
+// replayedHeaders are the response headers stored with an outcome and sent again on replay
+// (Guard.Policy().ReplayedHeaders).
+var replayedHeaders = []string{"Content-Type", "Location"}
 
 // Result is the answer of Guard.Do.
 type Result struct {
