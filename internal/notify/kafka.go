@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/sethvargo/go-retry"
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -94,14 +95,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	go c.watchJoin(ctx)
 	for {
-		m, err := c.reader.FetchMessage(ctx)
+		m, err := c.fetch(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			slog.WarnContext(ctx, "report consumer: fetch", "err", err)
-			sleep(ctx, time.Second)
-			continue
+			return nil // stopping
 		}
 		c.joined.Store(true)
 		if !c.handle(ctx, m) {
@@ -111,6 +107,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 			slog.WarnContext(ctx, "report consumer: commit", "offset", m.Offset, "err", err)
 		}
 	}
+}
+
+// fetch returns the next message. A failed fetch (the group's coordinator unreachable, say) is
+// logged and tried again every fetchPause until it succeeds; fetch returns an error only when
+// ctx ends.
+func (c *Consumer) fetch(ctx context.Context) (kafka.Message, error) {
+	return retry.DoValue(ctx, retry.NewConstant(fetchPause), func(ctx context.Context) (kafka.Message, error) {
+		m, err := c.reader.FetchMessage(ctx)
+		if err != nil && ctx.Err() == nil {
+			slog.WarnContext(ctx, "report consumer: fetch", "err", err)
+			return m, retry.RetryableError(err)
+		}
+		return m, err
+	})
 }
 
 // watchJoin marks the consumer ready once the reader has joined its group: kafka-go counts a
@@ -143,7 +153,9 @@ func (c *Consumer) handle(ctx context.Context, m kafka.Message) bool {
 	if reason != "" {
 		return c.deadLetter(ctx, m, reason)
 	}
-	for attempt := 0; ; attempt++ {
+	attempt := 0
+	reject := ""
+	err := retry.Do(ctx, backoff(), func(ctx context.Context) error {
 		res, _, err := c.port.deliver(ctx, r, "kafka", c.port.cfg.Guard.Message)
 		if err == nil && res.Layer == idempotent.LayerMessage {
 			err = c.sameBody(ctx, r)
@@ -151,16 +163,22 @@ func (c *Consumer) handle(ctx context.Context, m kafka.Message) bool {
 		if err == nil {
 			slog.InfoContext(ctx, "trade report consumed", "trade_no", r.Number, "outcome", res.Outcome,
 				"layer", res.Layer, "partition", m.Partition, "offset", m.Offset)
-			return true
+			return nil
 		}
-		if reason := deadLetterReason(err); reason != "" {
-			return c.deadLetter(ctx, m, reason)
+		if reject = deadLetterReason(err); reject != "" {
+			return nil // refused: not retried, but dead-lettered below
 		}
 		slog.WarnContext(ctx, "trade report: will retry", "trade_no", r.Number, "attempt", attempt, "err", err)
-		if !sleep(ctx, backoff(attempt)) {
-			return false
-		}
+		attempt++
+		return retry.RetryableError(err)
+	})
+	switch {
+	case err != nil:
+		return false // ctx ended: every failure is retryable, and the backoff never stops
+	case reject != "":
+		return c.deadLetter(ctx, m, reject)
 	}
+	return true
 }
 
 // deadLetterReason is the reason to dead-letter a message whose delivery failed with err, or
@@ -235,18 +253,22 @@ func (c *Consumer) deadLetter(ctx context.Context, m kafka.Message, reason strin
 		}
 	}
 	letter := kafka.Message{Topic: kafkax.TopicPaymentNotificationsDLQ, Key: m.Key, Value: m.Value, Headers: headers}
-	for attempt := 0; ; attempt++ {
+	attempt := 0
+	err := retry.Do(ctx, backoff(), func(ctx context.Context) error {
 		err := c.dlq.WriteMessages(ctx, letter)
-		if err == nil {
-			slog.WarnContext(ctx, "trade report dead-lettered", "partition", m.Partition, "offset", m.Offset, "reason", reason)
-			return true
+		if err != nil {
+			slog.WarnContext(ctx, "trade report: dead letter not written, will retry", "partition", m.Partition,
+				"offset", m.Offset, "reason", reason, "attempt", attempt, "err", err)
+			attempt++
+			return retry.RetryableError(err)
 		}
-		slog.WarnContext(ctx, "trade report: dead letter not written, will retry", "partition", m.Partition,
-			"offset", m.Offset, "reason", reason, "attempt", attempt, "err", err)
-		if !sleep(ctx, backoff(attempt)) {
-			return false
-		}
+		return nil
+	})
+	if err != nil {
+		return false // ctx ended
 	}
+	slog.WarnContext(ctx, "trade report dead-lettered", "partition", m.Partition, "offset", m.Offset, "reason", reason)
+	return true
 }
 
 // headers counts m's headers named key.
@@ -270,17 +292,22 @@ func header(m kafka.Message, key string) (string, bool) {
 	return "", false
 }
 
-func backoff(attempt int) time.Duration {
-	d := 100 * time.Millisecond << min(attempt, 6)
-	return min(d, 5*time.Second)
-}
+// The pauses of the consumer's retries.
+const (
+	// firstPause is the pause after a message's first failed attempt, doubled after each
+	// failure up to maxPause.
+	firstPause = 100 * time.Millisecond
+	// maxPause caps the pause between two attempts at one message.
+	maxPause = 5 * time.Second
+	// fetchPause is the pause after a failed fetch.
+	fetchPause = time.Second
+)
 
-// sleep waits d or until ctx ends; it reports whether it waited the whole time.
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
+// backoff returns the pauses between the attempts at one message, or at its dead letter:
+// 100 ms, doubled after each failure (200 ms, 400 ms … 3.2 s), then 5 s for as long as the
+// failures last. It never stops by itself: only the end of the consumer's context ends the
+// retries, so that no message is skipped. A backoff counts its attempts: each message takes a
+// fresh one.
+func backoff() retry.Backoff {
+	return retry.WithCappedDuration(maxPause, retry.NewExponential(firstPause))
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/sethvargo/go-retry"
 
 	okafka "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/reportsig"
@@ -152,25 +153,37 @@ func isTimeout(err error) bool {
 
 // settle delivers c until an answer is final: first `copies` copies at once to distinct
 // random instances (the same request arriving by several paths), then one copy at a time,
-// each after a short backoff and to a random instance, as a client retrying after a timeout
-// or a 409 in_use does. It returns the first final answer, or nil when none came in time.
+// each after a backoff (settleBackoff) and to a random instance, as a client retrying after a
+// timeout or a 409 in_use does. It returns the first final answer, or nil when none came
+// within settleTimeout or before ctx ended.
 func (wl *workload) settle(ctx context.Context, c call, copies int) *event {
-	deadline := time.Now().Add(settleTimeout)
-	first := wl.fanout(ctx, c, copies)
-	if first != nil {
-		return first
-	}
-	backoff := 100 * time.Millisecond
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		sleepCtx(ctx, backoff+time.Duration(mrand.Int64N(int64(backoff))))
-		if backoff < 2*time.Second {
-			backoff *= 2
+	fanned := false
+	e, _ := retry.DoValue(ctx, settleBackoff(), func(ctx context.Context) (*event, error) {
+		var e *event
+		if !fanned {
+			fanned = true
+			e = wl.fanout(ctx, c, copies)
+		} else {
+			e = wl.deliver(ctx, wl.randomInst(), c)
 		}
-		if e := wl.deliver(ctx, wl.randomInst(), c); e.final() {
-			return e
+		if e == nil || !e.final() {
+			return nil, retry.RetryableError(errNotFinal)
 		}
-	}
-	return nil
+		return e, nil
+	})
+	return e
+}
+
+// errNotFinal is a delivery of settle whose answer does not settle its write.
+var errNotFinal = errors.New("no final answer")
+
+// settleBackoff returns the pauses between settle's deliveries of one write, for
+// settleTimeout from now: 150 ms ± 33 % (100 to 200 ms), doubled after each delivery up to
+// 4.8 s ± 33 % (3.2 to 6.4 s), where it stays. The jitter keeps the clients that met one
+// fault from coming back all at once.
+func settleBackoff() retry.Backoff {
+	return retry.WithMaxDuration(settleTimeout,
+		retry.WithJitterPercent(33, retry.WithCappedDuration(4800*time.Millisecond, retry.NewExponential(150*time.Millisecond))))
 }
 
 // fanout sends copies of c at once to distinct instances and returns a final answer, if any.
@@ -333,26 +346,35 @@ func (wl *workload) publish(ctx context.Context, tradeNo string, body []byte) {
 	wl.mu.Unlock()
 }
 
-// send publishes m (retrying while the write fails) and records it.
+// The producer's retries of one message in send.
+const (
+	// sendRetries is how many times a failed write is retried.
+	sendRetries = 5
+	// sendPause is the pause before each retry.
+	sendPause = 200 * time.Millisecond
+	// sendTimeout bounds each write.
+	sendTimeout = 5 * time.Second
+)
+
+// send publishes m, retrying a failed write sendRetries times, and records it: Status 1 when
+// a write succeeded, otherwise the last error.
 func (wl *workload) send(ctx context.Context, op string, m kafka.Message) {
 	e := &event{Kind: kindKafka, Op: op, Key: string(m.Key), Req: string(m.Value)}
 	start := time.Now()
-	for attempt := 0; ; attempt++ {
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := wl.kafka.WriteMessages(wctx, m)
-		cancel()
-		if err == nil {
-			e.Status = 1
-			break
+	err := retry.Do(ctx, retry.WithMaxRetries(sendRetries, retry.NewConstant(sendPause)), func(ctx context.Context) error {
+		wctx, cancel := context.WithTimeout(ctx, sendTimeout)
+		defer cancel()
+		if err := wl.kafka.WriteMessages(wctx, m); err != nil {
+			e.Err = err.Error()
+			return retry.RetryableError(err)
 		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		e.Status, e.Err = 1, ""
+	case e.Err == "": // ctx ended before the first write
 		e.Err = err.Error()
-		if ctx.Err() != nil || attempt == 5 {
-			break
-		}
-		sleepCtx(ctx, 200*time.Millisecond)
-	}
-	if e.Status == 1 {
-		e.Err = ""
 	}
 	wl.deliveries.Add(1)
 	e.Ms = float64(time.Since(start).Microseconds()) / 1000

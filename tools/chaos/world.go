@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sethvargo/go-retry"
 
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
@@ -536,23 +537,12 @@ func (w *world) close() {
 	}
 }
 
-// waitFor polls fn until it succeeds or d has passed.
+// waitFor calls fn every 100 ms until it succeeds. It returns fn's last error once d has
+// passed, or ctx's error when ctx ends first.
 func waitFor(ctx context.Context, d time.Duration, fn func(context.Context) error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := fn(ctx)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return retry.Do(ctx, retry.WithMaxDuration(d, retry.NewConstant(100*time.Millisecond)), func(ctx context.Context) error {
+		return retry.RetryableError(fn(ctx))
+	})
 }
 
 // tail returns the last n bytes of s.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/sethvargo/go-retry"
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
@@ -409,23 +410,28 @@ func (l *Lab) closeUnconditionally(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, order.ViewOf(o))
 }
 
+// busyPause is the pause before write runs a write again that the database found busy.
+const busyPause = 20 * time.Millisecond
+
 // write runs one of the lab's writes and, while the database answers that it is busy, runs it
-// again until the request gives up. This is not part of any bug: the replicas are wrong about
-// idempotency, not about errors. On the embedded SQLite a drill keeps the one write lock taken,
-// six seconds at a time, by payments slowed with ONCEPAY_CHAOS_PAYMENT_DELAY — longer than
-// SQLite's busy timeout — and a lost write would hide the incident the replica is there to show.
+// again every busyPause until the request gives up; it returns the write's last error. This is
+// not part of any bug: the replicas are wrong about idempotency, not about errors. On the
+// embedded SQLite a drill keeps the one write lock taken, six seconds at a time, by payments
+// slowed with ONCEPAY_CHAOS_PAYMENT_DELAY — longer than SQLite's busy timeout — and a lost
+// write would hide the incident the replica is there to show.
 func (l *Lab) write(ctx context.Context, fn func(db *gorm.DB) error) error {
-	for {
-		err := fn(l.db.WithContext(ctx))
-		if err == nil || !database.IsRetryable(err) {
-			return err
+	var last error
+	err := retry.Do(ctx, retry.NewConstant(busyPause), func(ctx context.Context) error {
+		last = fn(l.db.WithContext(ctx))
+		if database.IsRetryable(last) {
+			return retry.RetryableError(last)
 		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(20 * time.Millisecond):
-		}
+		return last
+	})
+	if last != nil {
+		return last // also when the request gave up while the write waited: the busy error
 	}
+	return err
 }
 
 func notFound(err error) error {
