@@ -236,6 +236,18 @@ func Redis(tb testing.TB) *redis.Client {
 		tb.Cleanup(func() { _ = c.Close() })
 		return c
 	}
+	c := client(addr, LeaseRedisDB(tb, addr))
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// LeaseRedisDB leases one of the logical databases 1..15 of the Redis at addr for the test,
+// flushed, and returns its number; the test's cleanup flushes and releases it. The lease is a
+// key in database 0 that every test package on the machine takes the same way (oncepay's test
+// support too), so that packages running at once never share a database. It waits up to 2 min
+// for one to be free.
+func LeaseRedisDB(tb testing.TB, addr string) int {
+	tb.Helper()
 	ctx := context.Background()
 	leases := redis.NewClient(&redis.Options{Addr: addr})
 	defer leases.Close()
@@ -250,21 +262,24 @@ func Redis(tb testing.TB) *redis.Client {
 			if !ok {
 				continue
 			}
-			c := client(addr, db)
-			if err := c.FlushDB(ctx).Err(); err != nil {
+			flush := func() error {
+				c := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+				defer c.Close()
+				return c.FlushDB(context.Background()).Err()
+			}
+			if err := flush(); err != nil {
 				tb.Fatalf("flush Redis db %d: %v", db, err)
 			}
 			tb.Cleanup(func() {
-				_ = c.FlushDB(context.Background()).Err()
-				_ = c.Close()
+				_ = flush()
 				release := redis.NewClient(&redis.Options{Addr: addr})
 				_ = release.Del(context.Background(), key).Err()
 				_ = release.Close()
 			})
-			return c
+			return db
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("no free Redis database on %s after 2m", addr)
+			tb.Fatalf("no free Redis database on %s after 2m: 15 are leased", addr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

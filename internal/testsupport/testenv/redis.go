@@ -1,15 +1,13 @@
 package testenv
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
 )
 
@@ -33,38 +31,9 @@ func Redis(tb testing.TB) *redisx.Conn {
 		tb.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	ctx := context.Background()
-	leases := redisx.NewClient(addr, 0)
-	defer leases.Close()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		for db := 1; db <= 15; db++ {
-			key := fmt.Sprintf("oncepay:test:lease:%d", db)
-			ok, err := leases.SetNX(ctx, key, os.Getpid(), 10*time.Minute).Result()
-			if err != nil {
-				tb.Fatalf("Redis at %s is unreachable: %v", addr, err)
-			}
-			if !ok {
-				continue
-			}
-			client := redisx.NewClient(addr, db)
-			if err := client.FlushDB(ctx).Err(); err != nil {
-				tb.Fatalf("flush Redis db %d: %v", db, err)
-			}
-			tb.Cleanup(func() {
-				_ = client.FlushDB(context.Background()).Err()
-				_ = client.Close()
-				release := redisx.NewClient(addr, 0)
-				_ = release.Del(context.Background(), key).Err()
-				_ = release.Close()
-			})
-			return &redisx.Conn{Client: client}
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("no free Redis database on %s after 2m: 15 are leased", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	client := redisx.NewClient(addr, idemtest.LeaseRedisDB(tb, addr))
+	tb.Cleanup(func() { _ = client.Close() })
+	return &redisx.Conn{Client: client}
 }
 
 // Unreachable returns a client for an address where nothing listens, to stand for Redis down.
