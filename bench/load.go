@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -22,6 +23,9 @@ type target struct {
 	key func() string
 	// check, when set, is what a 2xx answer must also pass to count as a success.
 	check func(answer) error
+	// cpu, when set, reads the CPU time used so far by the processes of the variant, by
+	// name; the stats then carry what each used during the measured period.
+	cpu func() (map[string]time.Duration, error)
 }
 
 // answer is one response, read whole.
@@ -59,6 +63,19 @@ type stats struct {
 	p99     time.Duration
 	// errors counts the failed requests by reason ("409 {...}", "check: ...", "transport: ...").
 	errors map[string]int
+	// cpu is the CPU time each of the target's processes used during the measured period;
+	// cpuErr is why it could not be read.
+	cpu    map[string]time.Duration
+	cpuErr error
+}
+
+// cpuPerRequest is the CPU time process name used per successful request.
+func (s stats) cpuPerRequest(name string) (time.Duration, bool) {
+	d, ok := s.cpu[name]
+	if !ok || s.ok == 0 {
+		return 0, false
+	}
+	return d / time.Duration(s.ok), true
 }
 
 // rate is the successful requests per second.
@@ -102,7 +119,19 @@ func measure(ctx context.Context, t target, conc int, d time.Duration) stats {
 	client := newClient(conc)
 	defer client.CloseIdleConnections()
 	load(ctx, t, client, conc, warmupOf(d))
-	return load(ctx, t, client, conc, d)
+	if t.cpu == nil {
+		return load(ctx, t, client, conc, d)
+	}
+	before, err := t.cpu()
+	s := load(ctx, t, client, conc, d)
+	after, err2 := t.cpu()
+	if s.cpuErr = errors.Join(err, err2); s.cpuErr == nil {
+		s.cpu = map[string]time.Duration{}
+		for name, d := range after {
+			s.cpu[name] = d - before[name]
+		}
+	}
+	return s
 }
 
 // load runs conc workers, each sending requests one after another until d has passed, and

@@ -151,5 +151,6 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		printMedians(out, runs)
 		printStormSummary(out, stormRuns)
 	}
+	printGoals(out, runs)
 	return nil
 }

@@ -25,6 +25,8 @@ type row struct {
 var comparisons = []struct{ label, num, den string }{
 	{"fiber-idem ÷ bare", "fiber-idem", "bare"},
 	{"replay, oncepay ÷ fiber (guard-replay ÷ fiber-replay)", "guard-replay", "fiber-replay"},
+	{"server-orders ÷ server-orders-unguarded", "server-orders", "server-orders-unguarded"},
+	{"server-orders-replay ÷ floor-replay", "server-orders-replay", "floor-replay"},
 }
 
 // runVariants runs every variant once, one after the other.
@@ -86,16 +88,21 @@ func printRun(out io.Writer, rows []row) {
 		}
 	}
 	printReplayLatency(out, rows)
+	printCPU(out, rows)
 	printErrors(out, rows)
 	fmt.Fprintln(out)
 }
 
 // printReplayLatency puts the two replays' p99 side by side.
 func printReplayLatency(out io.Writer, rows []row) {
-	g, ok1 := find(rows, "guard-replay")
-	f, ok2 := find(rows, "fiber-replay")
-	if ok1 && ok2 {
-		fmt.Fprintf(out, "replay p99: guard-replay %s, fiber-replay %s\n", ms(g.stats.p99), ms(f.stats.p99))
+	var parts []string
+	for _, name := range []string{"floor-replay", "guard-replay", "server-orders-replay", "fiber-replay"} {
+		if r, ok := find(rows, name); ok {
+			parts = append(parts, name+" "+ms(r.stats.p99))
+		}
+	}
+	if len(parts) > 1 {
+		fmt.Fprintf(out, "replay p99: %s\n", strings.Join(parts, ", "))
 	}
 }
 
@@ -202,4 +209,4 @@ func joinRates(xs []float64) string {
 }
 
 // left pads a name so that the first column, in a right-aligned table, reads left-aligned.
-func left(name string) string { return fmt.Sprintf("%-22s", name) }
+func left(name string) string { return fmt.Sprintf("%-24s", name) }

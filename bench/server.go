@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
 )
@@ -23,28 +24,40 @@ var serverOrderBody = []byte(`{"items":[{"sku":"SKU-1002","quantity":1}]}`)
 
 func init() {
 	extraVariants = append(extraVariants,
+		variant{name: "server-orders-unguarded", baseline: "bare", start: startServerUnguarded},
 		variant{name: "server-orders", baseline: "bare", start: startServerOrders},
 		variant{name: "server-orders-replay", baseline: "bare", start: startServerReplay},
 	)
 }
 
-// oncepayServer is the real server, built once per process on first use and shared by both
-// variants and every run; the variants run one at a time, so it needs no lock.
-var oncepayServer struct {
-	started bool
-	url     string
-	err     error
+// oncepayServer is a real server, built once per process on first use and shared by the
+// variants that use it and by every run; the variants run one at a time, so it needs no lock.
+type oncepayServer struct {
+	url string
+	err error
 }
+
+// oncepayServers are the real servers by name: "guarded", and "unguarded" with the guard
+// switched off (idempotent.Lab.Unguarded).
+var oncepayServers = map[string]*oncepayServer{}
 
 // startServerOrders sends POST /v1/orders to the real server with a new key every time.
 func startServerOrders(ctx context.Context, e *env) (target, func(), error) {
-	url, err := e.oncepayURL(ctx)
+	url, err := e.oncepayURL(ctx, "guarded")
+	return serverTarget(e, url), func() {}, err
+}
+
+// startServerUnguarded sends POST /v1/orders to a real server whose guard is switched off:
+// the same router, authentication, decoding, use case and transaction, without the key's
+// layers and dedup record.
+func startServerUnguarded(ctx context.Context, e *env) (target, func(), error) {
+	url, err := e.oncepayURL(ctx, "unguarded")
 	return serverTarget(e, url), func() {}, err
 }
 
 // startServerReplay sends one POST /v1/orders, then replays its key.
 func startServerReplay(ctx context.Context, e *env) (target, func(), error) {
-	url, err := e.oncepayURL(ctx)
+	url, err := e.oncepayURL(ctx, "guarded")
 	if err != nil {
 		return target{}, nil, err
 	}
@@ -62,27 +75,29 @@ func serverTarget(e *env, url string) target {
 	}
 }
 
-// oncepayURL returns the base URL of the real server, starting it the first time.
-func (e *env) oncepayURL(ctx context.Context) (string, error) {
-	if !oncepayServer.started {
-		oncepayServer.started = true
-		oncepayServer.url, oncepayServer.err = e.startOncepay(ctx)
+// oncepayURL returns the base URL of the real server name, starting it the first time.
+func (e *env) oncepayURL(ctx context.Context, name string) (string, error) {
+	s, ok := oncepayServers[name]
+	if !ok {
+		s = &oncepayServer{}
+		oncepayServers[name] = s
+		s.url, s.err = e.startOncepay(ctx, name, idempotent.Lab{Unguarded: name == "unguarded"})
 	}
-	return oncepayServer.url, oncepayServer.err
+	return s.url, s.err
 }
 
 // startOncepay builds oncepay with internal/app on a database of its own, the bench's Redis
-// and an embedded Kafka, serves its router with net/http like the other variants (the
-// background loops do not run: only the request path is measured), and raises the stock of
-// serverSKU. Everything is undone when the environment closes.
-func (e *env) startOncepay(ctx context.Context) (string, error) {
-	cfg, err := e.oncepayConfig(ctx)
+// and an embedded Kafka, with the guard's lab switches, serves its router with net/http
+// like the other variants (the background loops do not run: only the request path is
+// measured), and raises the stock of serverSKU. Everything is undone when the environment
+// closes.
+func (e *env) startOncepay(ctx context.Context, name string, lab idempotent.Lab) (string, error) {
+	cfg, err := e.oncepayConfig(ctx, name)
 	if err != nil {
 		return "", err
 	}
-	// The server's guard writes under oncepay's own prefix; its keys carry the run id.
-	e.defer1(func() { e.deleteRedisKeys("oncepay:idem:*" + e.runID + "*") })
-	a, err := app.New(ctx, cfg, app.Deps{})
+	e.defer1(func() { e.deleteRedisKeys(cfg.RedisPrefix + "*") })
+	a, err := app.New(ctx, cfg, app.Deps{GuardLab: lab})
 	if err != nil {
 		return "", fmt.Errorf("app.New: %w", err)
 	}
@@ -95,15 +110,16 @@ func (e *env) startOncepay(ctx context.Context) (string, error) {
 	return url, raiseStock(ctx, url, cfg.AdminKey)
 }
 
-// oncepayConfig is the default configuration with the bench's MySQL database
-// (oncepay_bench_srv_<runID>), Redis, an embedded Kafka on a random port, random secrets,
-// and the demo data seeded.
-func (e *env) oncepayConfig(ctx context.Context) (config.Config, error) {
+// oncepayConfig is the default configuration with a MySQL database of the server's own
+// (oncepay_bench_<name>_<runID>), the bench's Redis under a prefix of its own, an embedded
+// Kafka on a random port, random secrets, and the demo data seeded.
+func (e *env) oncepayConfig(ctx context.Context, name string) (config.Config, error) {
 	cfg, err := config.LoadFrom(func(string) (string, bool) { return "", false })
 	if err != nil {
 		return cfg, err
 	}
-	dsn, err := e.createSchema(ctx, "oncepay_bench_srv_"+e.runID)
+	cfg.RedisPrefix = e.prefix + "srv-" + name + ":"
+	dsn, err := e.createSchema(ctx, "oncepay_bench_"+name+"_"+e.runID)
 	if err != nil {
 		return cfg, err
 	}

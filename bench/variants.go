@@ -38,7 +38,8 @@ func allVariants() []variant {
 		guardVariant("guard-recordfirst", idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}}),
 		{name: "fiber-bare", baseline: "fiber-bare", start: startFiberBare},
 		{name: "fiber-idem", baseline: "fiber-bare", start: startFiberIdem},
-		{name: "guard-replay", baseline: "bare", start: startGuardReplay},
+		{name: "floor-replay", baseline: "floor-replay", start: startFloorReplay},
+		{name: "guard-replay", baseline: "floor-replay", start: startGuardReplay},
 		{name: "fiber-replay", baseline: "fiber-bare", start: startFiberReplay},
 	}
 	return append(vs, extraVariants...)
@@ -103,6 +104,40 @@ func startGuardReplay(ctx context.Context, e *env) (target, func(), error) {
 		stop()
 	}
 	return t, stop, err
+}
+
+// startFloorReplay serves the least any replay from Redis can cost with net/http: one GET of
+// a stored answer's bytes, written back with its status and content type. The guard's
+// replays are measured against it.
+func startFloorReplay(ctx context.Context, e *env) (target, func(), error) {
+	key := e.prefix + "floor-replay"
+	body := []byte(`{"order_id":"1000000000000000001"}` + "\n")
+	if err := e.rdb.Set(ctx, key, body, time.Hour).Err(); err != nil {
+		return target{}, nil, err
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stored, err := e.rdb.Get(r.Context(), key).Bytes()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(headerReplayed, "true")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(stored)
+	})
+	url, stop, err := serveHTTP(benchMux(h))
+	if err != nil {
+		return target{}, nil, err
+	}
+	t := e.newKeyTarget(url + "/orders")
+	t.check = func(a answer) error {
+		if a.status != http.StatusCreated || !bytes.Equal(a.body, body) {
+			return fmt.Errorf("status %d body %q, want the stored answer", a.status, a.body)
+		}
+		return nil
+	}
+	return t, stop, nil
 }
 
 // startFiberReplay is startGuardReplay for gofiber's idempotency middleware.

@@ -1,6 +1,11 @@
 package idempotent
 
-import "context"
+import (
+	"context"
+	"errors"
+
+	"gorm.io/gorm"
+)
 
 // Lab holds the switches that make the guard weaker or slower, never more correct: the bench
 // (bench/) turns layers off to price each one, and the training lab (tools/lab) turns them off
@@ -29,4 +34,48 @@ type Lab struct {
 	// ONCEPAY_CHAOS_PAYMENT_DELAY: a slow upstream held under the lock (I4) without holding a
 	// database transaction open; the lab uses it to pause a lease holder (I10).
 	BeforeWork func(ctx context.Context, k Key) error
+	// Unguarded switches the guard off altogether: Do runs Before, the work in a transaction
+	// of its own with a record that only keeps the answer, and After — no token, cache,
+	// lease, dedup record, attempt log or metrics, so a copy runs the work again. The bench
+	// uses it to price the guard on a real route against the same use case without it.
+	Unguarded bool
+}
+
+// unguarded is Do with Lab.Unguarded: the request's work and nothing of the guard.
+func (g *Guard) unguarded(ctx context.Context, req Request, work Work) (Result, error) {
+	if req.Before != nil {
+		if err := req.Before(ctx); err != nil {
+			return Result{Outcome: Failed, Layer: LayerWork}, err
+		}
+	}
+	var (
+		resp     Response
+		recorded bool
+	)
+	err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return work(ctx, tx, func(r Response) error {
+			if recorded {
+				return errRecordedTwice
+			}
+			recorded, resp = true, r
+			if !storable(r.Status) {
+				return errNotStored
+			}
+			return nil
+		})
+	})
+	switch {
+	case err == nil && !recorded:
+		return Result{Outcome: Failed, Layer: LayerWork}, errNotRecorded
+	case err == nil, errors.Is(err, errNotStored):
+		res := Result{Response: resp, Outcome: Executed, Layer: LayerWork}
+		if req.After != nil {
+			req.After(ctx, res)
+		}
+		return res, nil
+	}
+	if r, ok := g.reject(ctx, req, err); ok {
+		return Result{Response: r, Outcome: StateRejected, Layer: LayerWork, Rejection: err}, nil
+	}
+	return Result{Outcome: Failed, Layer: LayerWork}, err
 }

@@ -94,6 +94,10 @@ type Deps struct {
 	// Routes, when set, mounts routes of another build beside the API: the training kit's lab
 	// (tools/lab) in bin/oncepay-lab. The service's own binary sets none.
 	Routes func(a *App, r chi.Router)
+	// GuardLab weakens the guard for the bench (bench/), which prices it on the real routes
+	// with Lab.Unguarded; the service sets none. ONCEPAY_CHAOS_PAYMENT_DELAY's hook is added
+	// to it.
+	GuardLab idempotent.Lab
 }
 
 // New builds an instance from cfg: it opens (or takes) every dependency, migrates, seeds the
@@ -160,8 +164,9 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		LockTTL:            cfg.LockTTL,
 		Retention:          cfg.DedupRetention,
 		RejectWithoutRedis: cfg.RedisFailureMode == config.RedisReject,
-		// The chaos hook of ONCEPAY_CHAOS_PAYMENT_DELAY; nil, and the guard whole, without it.
-		Lab:       idempotent.Lab{BeforeWork: chaosDelay(cfg.ChaosPaymentDelay, notify.BizTypeTrade)},
+		// The bench's switches and the chaos hook of ONCEPAY_CHAOS_PAYMENT_DELAY; zero, and the
+		// guard whole, without them.
+		Lab:       guardLab(deps.GuardLab, cfg),
 		Classify:  idemhttp.Classify(a.DB),
 		Reject:    idemhttp.StoredProblem,
 		NewID:     a.IDs.Next,
@@ -352,6 +357,15 @@ func (a *App) Close() {
 // chaosDelay is ONCEPAY_CHAOS_PAYMENT_DELAY, a fault for drills: every payment notification
 // sleeps d while it holds its lock, before its transaction begins, so that the watchdog's
 // renewals (I4) can be watched. Zero means no hook.
+// guardLab is the guard's Lab: the bench's switches, if any, and the chaos hook of
+// ONCEPAY_CHAOS_PAYMENT_DELAY when no BeforeWork is set.
+func guardLab(lab idempotent.Lab, cfg config.Config) idempotent.Lab {
+	if lab.BeforeWork == nil {
+		lab.BeforeWork = chaosDelay(cfg.ChaosPaymentDelay, notify.BizTypeTrade)
+	}
+	return lab
+}
+
 func chaosDelay(d time.Duration, bizType string) func(ctx context.Context, k idempotent.Key) error {
 	if d <= 0 {
 		return nil

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The CPU figures come from /proc/<pid>/stat, whose utime and stime count clock ticks of
+// 1/100 s on Linux (sysconf(_SC_CLK_TCK) is 100 on every architecture Go supports there).
+const clockTick = 10 * time.Millisecond
+
+func init() {
+	extraVariants = append(extraVariants,
+		variant{name: "server-orders-proc", baseline: "bare", start: startServerProc},
+	)
+}
+
+// startServerProc runs POST /v1/orders, a new key every time, against bin/oncepay in a
+// process of its own — configured as in production: its background loops run, it logs at
+// info to a file — so that the CPU it spends per order can be read from /proc apart from the
+// load generator's, beside MariaDB's and Redis's.
+func startServerProc(ctx context.Context, e *env) (target, func(), error) {
+	p, err := e.oncepayProcess(ctx)
+	if err != nil {
+		return target{}, nil, err
+	}
+	t := serverTarget(e, p.url)
+	t.cpu = func() (map[string]time.Duration, error) {
+		cpu := map[string]time.Duration{}
+		for name, pid := range p.pids {
+			d, err := processCPU(pid)
+			if err != nil {
+				return nil, fmt.Errorf("%s (pid %d): %w", name, pid, err)
+			}
+			cpu[name] = d
+		}
+		return cpu, nil
+	}
+	return t, func() {}, nil
+}
+
+// oncepayProc is bin/oncepay running for the bench, and the processes whose CPU is read.
+type oncepayProc struct {
+	url  string
+	pids map[string]int
+	err  error
+}
+
+// serverProc is the one oncepay process of this bench, started on first use.
+var serverProc *oncepayProc
+
+// oncepayProcess builds cmd/oncepay and starts it on a database of its own, the bench's Redis
+// and an embedded Kafka, waits until it is ready, raises serverSKU's stock, and finds the
+// pids of MariaDB and Redis. Everything is undone when the environment closes.
+func (e *env) oncepayProcess(ctx context.Context) (*oncepayProc, error) {
+	if serverProc != nil {
+		return serverProc, serverProc.err
+	}
+	serverProc = &oncepayProc{}
+	serverProc.url, serverProc.pids, serverProc.err = e.startProcess(ctx)
+	return serverProc, serverProc.err
+}
+
+// startProcess is oncepayProcess's work.
+func (e *env) startProcess(ctx context.Context) (string, map[string]int, error) {
+	dir, err := os.MkdirTemp("", "oncepay-bench-proc-")
+	if err != nil {
+		return "", nil, err
+	}
+	e.defer1(func() { _ = os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "oncepay")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "github.com/oncepay/oncepay/cmd/oncepay")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("go build cmd/oncepay: %v\n%s", err, out)
+	}
+	dsn, err := e.createSchema(ctx, "oncepay_bench_proc_"+e.runID)
+	if err != nil {
+		return "", nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return "", nil, err
+	}
+	prefix := e.prefix + "srv-proc:"
+	e.defer1(func() { e.deleteRedisKeys(prefix + "*") })
+	adminKey := "bench-admin-" + randomHex(8)
+	logFile, err := os.Create(filepath.Join(dir, "oncepay.log"))
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"ONCEPAY_HTTP_ADDR=" + addr,
+		"ONCEPAY_MYSQL_DSN=" + dsn.FormatDSN(),
+		"ONCEPAY_REDIS_ADDR=" + e.redisAddr,
+		"ONCEPAY_REDIS_PREFIX=" + prefix,
+		"ONCEPAY_EMBEDDED_KAFKA_ADDR=127.0.0.1:0",
+		"ONCEPAY_CHANNEL_URL=embedded",
+		"ONCEPAY_EMBEDDED_CHANNEL_ADDR=127.0.0.1:0",
+		"ONCEPAY_CHANNEL_SECRET=bench-secret-" + randomHex(8),
+		"ONCEPAY_ADMIN_KEY=" + adminKey,
+		"ONCEPAY_DATA_DIR=" + filepath.Join(dir, "data"),
+		"ONCEPAY_SEED_DEMO=true",
+	}
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return "", nil, err
+	}
+	e.defer1(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = logFile.Close()
+	})
+	url := "http://" + addr
+	if err := awaitReady(ctx, url, 60*time.Second); err != nil {
+		log, _ := os.ReadFile(logFile.Name())
+		return "", nil, fmt.Errorf("%w; its log:\n%s", err, tail(log, 2000))
+	}
+	if err := raiseStock(ctx, url, adminKey); err != nil {
+		return "", nil, err
+	}
+	pids := map[string]int{"server": cmd.Process.Pid}
+	if pid, err := e.mariadbPID(ctx); err == nil {
+		pids["mariadb"] = pid
+	}
+	if info, err := e.rdb.InfoMap(ctx, "server").Result(); err == nil {
+		if n, err := strconv.Atoi(info["Server"]["process_id"]); err == nil {
+			pids["redis"] = n
+		}
+	}
+	return url, pids, nil
+}
+
+// mariadbPID reads the server's pid from its pid file, when the server runs on this machine.
+func (e *env) mariadbPID(ctx context.Context) (int, error) {
+	var file string
+	if err := e.db.WithContext(ctx).Raw("SELECT @@pid_file").Scan(&file).Error; err != nil {
+		return 0, err
+	}
+	if !filepath.IsAbs(file) {
+		var datadir string
+		if err := e.db.WithContext(ctx).Raw("SELECT @@datadir").Scan(&datadir).Error; err != nil {
+			return 0, err
+		}
+		file = filepath.Join(datadir, file)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// processCPU is the CPU time (user and system) pid has used so far.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The second field, the command, is in parentheses and may hold spaces: the fields
+	// after it start past the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("unreadable /proc stat")
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(utime+stime) * clockTick, nil
+}
+
+// awaitReady polls url's /readyz until it answers 200 or d has passed.
+func awaitReady(ctx context.Context, url string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
+		res, err := client.Do(req)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("oncepay at %s was not ready after %s (last: %v)", url, d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freeAddr returns a free 127.0.0.1 port for a server to listen on.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// tail is the last n bytes of b.
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
