@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 PKGS  := ./...
 
-.PHONY: run test build migrate lint fmt-check tidy-check vet staticcheck compose-up bench
+.PHONY: run test build migrate lint fmt-check tidy-check vet staticcheck compose-up bench bench-scale
 
 ## run: build and start the server on :8080 with every dependency embedded.
 run: build
@@ -52,6 +52,11 @@ staticcheck:
 ## (set ONCEPAY_TEST_MYSQL_DSN and ONCEPAY_TEST_REDIS_ADDR; see bench/README.md).
 bench:
 	cd bench && $(GO) run . -runs 3
+
+## bench-scale: new keys against 10 M dedup records, and 1 M of them purged under traffic
+## (MariaDB: the fill uses its SEQUENCE engine; about 10 minutes).
+bench-scale:
+	cd bench && $(GO) run . -scale 10000000 -purge 1000000 -d 10s
 
 ## compose-up: MySQL 8, Redis 7, Kafka (KRaft) and the app, wired by env vars.
 compose-up:

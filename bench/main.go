@@ -20,6 +20,8 @@ import (
 	"runtime/pprof"
 	"syscall"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/platform/logx"
 )
 
 // The environment variables the bench needs; they are the ones oncepay's tests use.
@@ -36,6 +38,12 @@ type options struct {
 	only        *regexp.Regexp
 	stormSize   int
 	cpuProfile  string
+	// logInfo logs as oncepay does in production — JSON at info, one access line and one
+	// guard line per request — to a discarding writer, so that logging is priced too.
+	logInfo bool
+	// scale, when positive, runs the scale scenario alone (scale.go) with that many records,
+	// scaleExpired of them expired.
+	scale, scaleExpired int64
 }
 
 func main() {
@@ -51,8 +59,12 @@ func main() {
 		os.Exit(2)
 	}
 	// The guard writes one info line per attempt; the bench keeps warnings only, as
-	// oncepay's tests do, so that the tables stay readable.
+	// oncepay's tests do, so that the tables stay readable — unless -log info prices the
+	// production logger, whose lines are then discarded.
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if opts.logInfo {
+		slog.SetDefault(logx.New(io.Discard, slog.LevelInfo))
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -81,11 +93,21 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.runs, "runs", 1, "runs of every variant; with more than one the medians are printed too")
 	fs.IntVar(&o.stormSize, "storm", 1000, "concurrent copies of one key in each storm")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
+	fs.Int64Var(&o.scale, "scale", 0, "run the scale scenario alone with this many dedup records (make bench-scale: 10000000)")
+	fs.Int64Var(&o.scaleExpired, "purge", 1_000_000, "with -scale: how many of the records are expired and purged under traffic")
+	logLevel := fs.String("log", "warn", "warn, or info: log as oncepay does in production (to a discarding writer)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if o.concurrency < 1 || o.duration <= 0 || o.runs < 1 || o.stormSize < 1 {
 		return o, fmt.Errorf("bench: -c, -d, -runs and -storm must be positive")
+	}
+	switch *logLevel {
+	case "warn":
+	case "info":
+		o.logInfo = true
+	default:
+		return o, fmt.Errorf("bench: -log is warn or info, not %q", *logLevel)
 	}
 	re, err := regexp.Compile(*only)
 	if err != nil {
@@ -111,6 +133,14 @@ func missingEnv() []string {
 // opts.runs times, prints each run's tables and, with several runs, the medians, and tears
 // the environment down whatever happened.
 func run(ctx context.Context, opts options, out io.Writer) error {
+	if opts.scale > 0 {
+		e, err := newEnv(ctx, os.Getenv(envMySQLDSN), os.Getenv(envRedisAddr))
+		if err != nil {
+			return err
+		}
+		defer e.close()
+		return runScale(ctx, e, opts, out)
+	}
 	variants := selectVariants(allVariants(), opts.only)
 	storms := selectStorms(allStorms(), opts.only)
 	if len(variants) == 0 && len(storms) == 0 {
