@@ -39,6 +39,8 @@ type env struct {
 
 	keys     atomic.Int64
 	cleanups []func()
+	// binary is cmd/oncepay built for the variants that run it in processes of their own.
+	binary string
 }
 
 // newEnv creates the bench database and its tables and connects to Redis.

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // The CPU figures come from /proc/<pid>/stat, whose utime and stime count clock ticks of
@@ -58,65 +60,139 @@ type oncepayProc struct {
 // serverProc is the one oncepay process of this bench, started on first use.
 var serverProc *oncepayProc
 
-// oncepayProcess builds cmd/oncepay and starts it on a database of its own, the bench's Redis
-// and an embedded Kafka, waits until it is ready, raises serverSKU's stock, and finds the
-// pids of MariaDB and Redis. Everything is undone when the environment closes.
+// oncepayProcess starts, on first use, one oncepay process (startCluster) and finds the pids
+// of MariaDB and Redis beside it.
 func (e *env) oncepayProcess(ctx context.Context) (*oncepayProc, error) {
 	if serverProc != nil {
 		return serverProc, serverProc.err
 	}
 	serverProc = &oncepayProc{}
-	serverProc.url, serverProc.pids, serverProc.err = e.startProcess(ctx)
-	return serverProc, serverProc.err
+	c, err := e.startCluster(ctx, "proc", 1)
+	if err != nil {
+		serverProc.err = err
+		return serverProc, err
+	}
+	serverProc.url = c.urls[0]
+	serverProc.pids = map[string]int{"server": c.pids[0]}
+	if pid, err := e.mariadbPID(ctx); err == nil {
+		serverProc.pids["mariadb"] = pid
+	}
+	if info, err := e.rdb.InfoMap(ctx, "server").Result(); err == nil {
+		if n, err := strconv.Atoi(info["Server"]["process_id"]); err == nil {
+			serverProc.pids["redis"] = n
+		}
+	}
+	return serverProc, nil
 }
 
-// startProcess is oncepayProcess's work.
-func (e *env) startProcess(ctx context.Context) (string, map[string]int, error) {
-	dir, err := os.MkdirTemp("", "oncepay-bench-proc-")
+// cluster is n oncepay processes on one database and one Redis, as a deployment runs them.
+type cluster struct {
+	urls []string
+	pids []int
+	// db is the cluster's database, for counting what it did.
+	db       *gorm.DB
+	adminKey string
+}
+
+// oncepayBinary builds cmd/oncepay once per bench process and returns its path.
+func (e *env) oncepayBinary(ctx context.Context) (string, error) {
+	if e.binary != "" {
+		return e.binary, nil
+	}
+	dir, err := os.MkdirTemp("", "oncepay-bench-bin-")
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
 	e.defer1(func() { _ = os.RemoveAll(dir) })
 	bin := filepath.Join(dir, "oncepay")
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "github.com/oncepay/oncepay/cmd/oncepay")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("go build cmd/oncepay: %v\n%s", err, out)
+		return "", fmt.Errorf("go build cmd/oncepay: %v\n%s", err, out)
 	}
-	dsn, err := e.createSchema(ctx, "oncepay_bench_proc_"+e.runID)
+	e.binary = bin
+	return bin, nil
+}
+
+// startCluster builds cmd/oncepay and starts n processes of it on a database of their own
+// (oncepay_bench_<name>_<runID>), the bench's Redis under one prefix and an embedded Kafka
+// each, configured as in production — their background loops run, they log at info to a
+// file — one after the other, each once the one before is ready (the first migrates and seeds
+// the demo data), and raises serverSKU's stock. Everything is undone when the environment
+// closes.
+func (e *env) startCluster(ctx context.Context, name string, n int) (*cluster, error) {
+	bin, err := e.oncepayBinary(ctx)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	addr, err := freeAddr()
+	dir, err := os.MkdirTemp("", "oncepay-bench-"+name+"-")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	prefix := e.prefix + "srv-proc:"
+	e.defer1(func() { _ = os.RemoveAll(dir) })
+	dsn, err := e.createSchema(ctx, "oncepay_bench_"+name+"_"+e.runID)
+	if err != nil {
+		return nil, err
+	}
+	prefix := e.prefix + "srv-" + name + ":"
 	e.defer1(func() { e.deleteRedisKeys(prefix + "*") })
-	adminKey := "bench-admin-" + randomHex(8)
+	c := &cluster{adminKey: "bench-admin-" + randomHex(8)}
+	secret := "bench-secret-" + randomHex(8)
+	for i := range n {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		url := "http://" + addr
+		pid, err := e.startInstance(ctx, bin, filepath.Join(dir, fmt.Sprintf("oncepay-%d", i+1)), url, []string{
+			"ONCEPAY_HTTP_ADDR=" + addr,
+			"ONCEPAY_NODE_ID=" + strconv.Itoa(i+1),
+			"ONCEPAY_MYSQL_DSN=" + dsn.FormatDSN(),
+			"ONCEPAY_REDIS_ADDR=" + e.redisAddr,
+			"ONCEPAY_REDIS_PREFIX=" + prefix,
+			"ONCEPAY_EMBEDDED_KAFKA_ADDR=127.0.0.1:0",
+			"ONCEPAY_CHANNEL_URL=embedded",
+			"ONCEPAY_EMBEDDED_CHANNEL_ADDR=127.0.0.1:0",
+			"ONCEPAY_PUBLIC_URL=" + url,
+			"ONCEPAY_CHANNEL_SECRET=" + secret,
+			"ONCEPAY_ADMIN_KEY=" + c.adminKey,
+			"ONCEPAY_SEED_DEMO=" + strconv.FormatBool(i == 0),
+		})
+		if err != nil {
+			return nil, err
+		}
+		c.urls, c.pids = append(c.urls, url), append(c.pids, pid)
+	}
+	if err := raiseStock(ctx, c.urls[0], c.adminKey); err != nil {
+		return nil, err
+	}
+	if c.db, err = openGorm(dsn); err != nil {
+		return nil, err
+	}
+	e.defer1(func() {
+		if sqlDB, err := c.db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	return c, nil
+}
+
+// startInstance starts bin with env in dir (its data directory, and its log file), waits
+// until url answers /readyz, and returns its pid; the environment's close interrupts it.
+func (e *env) startInstance(ctx context.Context, bin, dir, url string, env []string) (int, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
 	logFile, err := os.Create(filepath.Join(dir, "oncepay.log"))
 	if err != nil {
-		return "", nil, err
+		return 0, err
 	}
 	cmd := exec.Command(bin)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"),
-		"ONCEPAY_HTTP_ADDR=" + addr,
-		"ONCEPAY_MYSQL_DSN=" + dsn.FormatDSN(),
-		"ONCEPAY_REDIS_ADDR=" + e.redisAddr,
-		"ONCEPAY_REDIS_PREFIX=" + prefix,
-		"ONCEPAY_EMBEDDED_KAFKA_ADDR=127.0.0.1:0",
-		"ONCEPAY_CHANNEL_URL=embedded",
-		"ONCEPAY_EMBEDDED_CHANNEL_ADDR=127.0.0.1:0",
-		"ONCEPAY_CHANNEL_SECRET=bench-secret-" + randomHex(8),
-		"ONCEPAY_ADMIN_KEY=" + adminKey,
-		"ONCEPAY_DATA_DIR=" + filepath.Join(dir, "data"),
-		"ONCEPAY_SEED_DEMO=true",
-	}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "ONCEPAY_DATA_DIR=" + filepath.Join(dir, "data")}, env...)
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
-		return "", nil, err
+		return 0, err
 	}
 	e.defer1(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
@@ -130,24 +206,11 @@ func (e *env) startProcess(ctx context.Context) (string, map[string]int, error) 
 		}
 		_ = logFile.Close()
 	})
-	url := "http://" + addr
 	if err := awaitReady(ctx, url, 60*time.Second); err != nil {
 		log, _ := os.ReadFile(logFile.Name())
-		return "", nil, fmt.Errorf("%w; its log:\n%s", err, tail(log, 2000))
+		return 0, fmt.Errorf("%w; its log:\n%s", err, tail(log, 2000))
 	}
-	if err := raiseStock(ctx, url, adminKey); err != nil {
-		return "", nil, err
-	}
-	pids := map[string]int{"server": cmd.Process.Pid}
-	if pid, err := e.mariadbPID(ctx); err == nil {
-		pids["mariadb"] = pid
-	}
-	if info, err := e.rdb.InfoMap(ctx, "server").Result(); err == nil {
-		if n, err := strconv.Atoi(info["Server"]["process_id"]); err == nil {
-			pids["redis"] = n
-		}
-	}
-	return url, pids, nil
+	return cmd.Process.Pid, nil
 }
 
 // mariadbPID reads the server's pid from its pid file, when the server runs on this machine.

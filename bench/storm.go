@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -15,15 +16,30 @@ import (
 	"github.com/oncepay/oncepay/idempotent"
 )
 
-// stormDeadline is how fast every copy of a storm must be answered.
+// stormDeadline is how fast every copy of a storm must be answered, unless the storm says.
 const stormDeadline = time.Second
 
 // storm fires many concurrent copies of one request, with one key, at one or more replicas
 // sharing the database and Redis, and counts the business effect afterwards.
 type storm struct {
 	name string
-	// start starts the replicas and returns their base URLs and the function that stops them.
-	start func(ctx context.Context, e *env) ([]string, func(), error)
+	// copies, when positive, is the storm's own number of copies instead of -storm.
+	copies int
+	// deadline, when positive, replaces stormDeadline.
+	deadline time.Duration
+	// start starts the replicas.
+	start func(ctx context.Context, e *env) (stormSetup, error)
+}
+
+// stormSetup is what a storm fires at: its replicas' base URLs, the requests of one key (one
+// target per replica), how to count the effect, and how to stop the replicas.
+type stormSetup struct {
+	urls []string
+	// ping is the path a GET opens each connection with beforehand.
+	ping    string
+	targets func(key string) []target
+	counts  func(ctx context.Context) (orders, stock int64, err error)
+	stop    func()
 }
 
 // allStorms lists the storms in the order they run.
@@ -31,7 +47,44 @@ func allStorms() []storm {
 	return []storm{
 		{name: "storm-guard", start: startGuardStorm},
 		{name: "storm-fiber", start: startFiberStorm},
+		{name: "storm-oncepay-3", copies: 10_000, deadline: 2 * time.Second, start: startOncepayStorm},
 	}
+}
+
+// benchSetup is the setup of replicas serving the bench transaction at urls.
+func (e *env) benchSetup(urls []string, stop func()) stormSetup {
+	return stormSetup{urls: urls, ping: "/ping", stop: stop, counts: e.counts, targets: func(key string) []target {
+		ts := make([]target, len(urls))
+		for i, url := range urls {
+			ts[i] = target{url: url + "/orders", body: orderBody, key: func() string { return key }}
+		}
+		return ts
+	}}
+}
+
+// startOncepayStorm is three oncepay processes on one database and Redis (startCluster): the
+// storm's copies are alice's order of one unit of serverSKU, spread over the three.
+func startOncepayStorm(ctx context.Context, e *env) (stormSetup, error) {
+	c, err := e.startCluster(ctx, "storm", 3)
+	if err != nil {
+		return stormSetup{}, err
+	}
+	counts := func(ctx context.Context) (orders, stock int64, err error) {
+		db := c.db.WithContext(ctx)
+		if err = db.Raw("SELECT COUNT(*) FROM orders").Scan(&orders).Error; err != nil {
+			return 0, 0, err
+		}
+		err = db.Raw("SELECT available FROM inventory WHERE sku = ?", serverSKU).Scan(&stock).Error
+		return orders, stock, err
+	}
+	return stormSetup{urls: c.urls, ping: "/healthz", stop: func() {}, counts: counts, targets: func(key string) []target {
+		ts := make([]target, len(c.urls))
+		for i, url := range c.urls {
+			ts[i] = serverTarget(e, url)
+			ts[i].key = func() string { return key }
+		}
+		return ts
+	}}, nil
 }
 
 // selectStorms keeps the storms whose name matches re.
@@ -46,15 +99,15 @@ func selectStorms(ss []storm, re *regexp.Regexp) []storm {
 }
 
 // startGuardStorm is one net/http replica behind the guard with every layer.
-func startGuardStorm(_ context.Context, e *env) ([]string, func(), error) {
+func startGuardStorm(_ context.Context, e *env) (stormSetup, error) {
 	url, stop, err := serveHTTP(benchMux(guardHandler(e.newGuard("storm-guard", idempotent.Config{}), e.orders)))
-	return []string{url}, stop, err
+	return e.benchSetup([]string{url}, stop), err
 }
 
 // startFiberStorm is two gofiber replicas behind the idempotency middleware, sharing one
 // Redis storage (the same prefix); each has the middleware's default lock, which is in
 // process.
-func startFiberStorm(_ context.Context, e *env) ([]string, func(), error) {
+func startFiberStorm(_ context.Context, e *env) (stormSetup, error) {
 	var (
 		urls  []string
 		stops []func()
@@ -69,11 +122,11 @@ func startFiberStorm(_ context.Context, e *env) ([]string, func(), error) {
 		url, stop, err := e.serveFiber(newFiberApp(e.orders, storage))
 		if err != nil {
 			stopAll()
-			return nil, nil, err
+			return stormSetup{}, err
 		}
 		urls, stops = append(urls, url), append(stops, stop)
 	}
-	return urls, stopAll, nil
+	return e.benchSetup(urls, stopAll), nil
 }
 
 // stormResult is what a storm did.
@@ -90,15 +143,16 @@ type stormResult struct {
 	// bodies is the number of distinct bodies among the 201 answers.
 	bodies     int
 	maxLatency time.Duration
+	deadline   time.Duration
 	err        error
 }
 
 // ok reports whether the storm met its bar: one effect, no 5xx or transport error, and
-// every copy answered within stormDeadline.
+// every copy answered within its deadline.
 func (r stormResult) ok() bool {
 	_, fivexx := r.classes()
 	return r.err == nil && r.effects == 1 && r.stockTaken == 1 && fivexx == 0 && r.transport == 0 &&
-		r.maxLatency < stormDeadline
+		r.maxLatency < r.deadline
 }
 
 // runStorms runs the storms one after the other, each with copies copies.
@@ -116,26 +170,29 @@ func runStorms(ctx context.Context, e *env, storms []storm, copies int) ([]storm
 // runStorm starts the replicas, opens the connections, fires the copies together, and
 // counts the effect in the database.
 func runStorm(ctx context.Context, e *env, s storm, copies int) stormResult {
-	res := stormResult{name: s.name, copies: copies, statuses: map[int]int{}}
-	urls, stop, err := s.start(ctx, e)
+	if s.copies > 0 {
+		copies = s.copies
+	}
+	res := stormResult{name: s.name, copies: copies, statuses: map[int]int{}, deadline: cmp.Or(s.deadline, stormDeadline)}
+	setup, err := s.start(ctx, e)
 	if err != nil {
 		res.err = err
 		return res
 	}
-	defer stop()
-	res.replicas = len(urls)
+	defer setup.stop()
+	res.replicas = len(setup.urls)
 
 	client := newClient(copies)
 	defer client.CloseIdleConnections()
-	openConnections(ctx, client, urls, copies)
+	openConnections(ctx, client, setup.urls, setup.ping, copies)
 
-	ordersBefore, stockBefore, err := e.counts(ctx)
+	ordersBefore, stockBefore, err := setup.counts(ctx)
 	if err != nil {
 		res.err = err
 		return res
 	}
-	answers := fire(ctx, e.stormTargets(urls), client, copies)
-	ordersAfter, stockAfter, err := e.counts(ctx)
+	answers := fire(ctx, setup.targets(e.newKey()), client, copies)
+	ordersAfter, stockAfter, err := setup.counts(ctx)
 	if err != nil {
 		res.err = err
 		return res
@@ -145,25 +202,15 @@ func runStorm(ctx context.Context, e *env, s storm, copies int) stormResult {
 	return res
 }
 
-// stormTargets returns one target per replica, all with one new key.
-func (e *env) stormTargets(urls []string) []target {
-	key := e.newKey()
-	ts := make([]target, len(urls))
-	for i, url := range urls {
-		ts[i] = target{url: url + "/orders", body: orderBody, key: func() string { return key }}
-	}
-	return ts
-}
-
-// openConnections sends n concurrent GET /ping, spread over the replicas, so that the storm
+// openConnections sends n concurrent GET ping, spread over the replicas, so that the storm
 // finds its connections open and measures the answers rather than the TCP handshakes.
-func openConnections(ctx context.Context, client *http.Client, urls []string, n int) {
+func openConnections(ctx context.Context, client *http.Client, urls []string, ping string, n int) {
 	release := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			<-release
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, urls[i%len(urls)]+"/ping", nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, urls[i%len(urls)]+ping, nil)
 			if err != nil {
 				return
 			}
@@ -238,7 +285,7 @@ func (e *env) counts(ctx context.Context) (orders, stock int64, err error) {
 
 // printStorms prints the storms' table and what each storm's answers were.
 func printStorms(out io.Writer, results []stormResult) {
-	fmt.Fprintf(out, "storms: want 1 effect, stock down by 1, 0 5xx, every copy answered < %s\n", stormDeadline)
+	fmt.Fprintf(out, "storms: want 1 effect, stock down by 1, 0 5xx, every copy answered < %s (storm-oncepay-3: 2s)\n", stormDeadline)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, left("storm")+"\treplicas\tcopies\teffects\tstock -\t201\t409\tother 4xx\t5xx\tno answer\t201 bodies\tmax latency\tverdict\t")
 	for _, r := range results {
