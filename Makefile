@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 PKGS  := ./...
 
-.PHONY: run test build migrate lint fmt-check tidy-check vet staticcheck compose-up bench bench-scale
+.PHONY: run test build migrate lint fmt-check tidy-check vet staticcheck compose-up bench bench-scale bench-soak
 
 ## run: build and start the server on :8080 with every dependency embedded.
 run: build
@@ -57,6 +57,11 @@ bench:
 ## (MariaDB: the fill uses its SEQUENCE engine; about 10 minutes).
 bench-scale:
 	cd bench && $(GO) run . -scale 10000000 -purge 1000000 -d 10s
+
+## bench-soak: one oncepay process under 5 minutes of mixed load (orders, replays, payments,
+## Kafka), its resident memory sampled: it must stay flat after the warm-up.
+bench-soak:
+	cd bench && $(GO) run . -soak 5m
 
 ## compose-up: MySQL 8, Redis 7, Kafka (KRaft) and the app, wired by env vars.
 compose-up:

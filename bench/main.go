@@ -44,6 +44,8 @@ type options struct {
 	// scale, when positive, runs the scale scenario alone (scale.go) with that many records,
 	// scaleExpired of them expired.
 	scale, scaleExpired int64
+	// soak, when positive, runs the soak alone (soak.go) for that long.
+	soak time.Duration
 }
 
 func main() {
@@ -95,6 +97,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
 	fs.Int64Var(&o.scale, "scale", 0, "run the scale scenario alone with this many dedup records (make bench-scale: 10000000)")
 	fs.Int64Var(&o.scaleExpired, "purge", 1_000_000, "with -scale: how many of the records are expired and purged under traffic")
+	fs.DurationVar(&o.soak, "soak", 0, "run the soak alone: one oncepay process under mixed load this long, its memory sampled (make bench-soak: 5m)")
 	logLevel := fs.String("log", "warn", "warn, or info: log as oncepay does in production (to a discarding writer)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -133,12 +136,15 @@ func missingEnv() []string {
 // opts.runs times, prints each run's tables and, with several runs, the medians, and tears
 // the environment down whatever happened.
 func run(ctx context.Context, opts options, out io.Writer) error {
-	if opts.scale > 0 {
+	if opts.scale > 0 || opts.soak > 0 {
 		e, err := newEnv(ctx, os.Getenv(envMySQLDSN), os.Getenv(envRedisAddr))
 		if err != nil {
 			return err
 		}
 		defer e.close()
+		if opts.soak > 0 {
+			return runSoak(ctx, e, opts, out)
+		}
 		return runScale(ctx, e, opts, out)
 	}
 	variants := selectVariants(allVariants(), opts.only)
