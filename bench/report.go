@@ -41,6 +41,9 @@ func runVariants(ctx context.Context, e *env, vs []variant, opts options) ([]row
 		if err != nil {
 			r.err = err
 		} else {
+			if t.cpu == nil {
+				t.cpu = cpuOfPIDs(e.storePIDs(ctx))
+			}
 			r.stats = measure(ctx, t, opts.concurrency, opts.duration)
 			stop()
 		}

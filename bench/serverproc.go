@@ -36,9 +36,15 @@ func startServerProc(ctx context.Context, e *env) (target, func(), error) {
 		return target{}, nil, err
 	}
 	t := serverTarget(e, p.url)
-	t.cpu = func() (map[string]time.Duration, error) {
+	t.cpu = cpuOfPIDs(p.pids)
+	return t, func() {}, nil
+}
+
+// cpuOfPIDs reads the CPU time used so far by each process of pids, by name.
+func cpuOfPIDs(pids map[string]int) func() (map[string]time.Duration, error) {
+	return func() (map[string]time.Duration, error) {
 		cpu := map[string]time.Duration{}
-		for name, pid := range p.pids {
+		for name, pid := range pids {
 			d, err := processCPU(pid)
 			if err != nil {
 				return nil, fmt.Errorf("%s (pid %d): %w", name, pid, err)
@@ -47,7 +53,22 @@ func startServerProc(ctx context.Context, e *env) (target, func(), error) {
 		}
 		return cpu, nil
 	}
-	return t, func() {}, nil
+}
+
+// storePIDs finds the pids of MariaDB and Redis, when they run on this machine: the CPU of
+// every variant is read for them, beside the bench process's own ("bench": the in-process
+// servers and the load generator together).
+func (e *env) storePIDs(ctx context.Context) map[string]int {
+	pids := map[string]int{"bench": os.Getpid()}
+	if pid, err := e.mariadbPID(ctx); err == nil {
+		pids["mariadb"] = pid
+	}
+	if info, err := e.rdb.InfoMap(ctx, "server").Result(); err == nil {
+		if n, err := strconv.Atoi(info["Server"]["process_id"]); err == nil {
+			pids["redis"] = n
+		}
+	}
+	return pids
 }
 
 // oncepayProc is bin/oncepay running for the bench, and the processes whose CPU is read.
@@ -73,15 +94,8 @@ func (e *env) oncepayProcess(ctx context.Context) (*oncepayProc, error) {
 		return serverProc, err
 	}
 	serverProc.url = c.urls[0]
-	serverProc.pids = map[string]int{"server": c.pids[0]}
-	if pid, err := e.mariadbPID(ctx); err == nil {
-		serverProc.pids["mariadb"] = pid
-	}
-	if info, err := e.rdb.InfoMap(ctx, "server").Result(); err == nil {
-		if n, err := strconv.Atoi(info["Server"]["process_id"]); err == nil {
-			serverProc.pids["redis"] = n
-		}
-	}
+	serverProc.pids = e.storePIDs(ctx)
+	serverProc.pids["server"] = c.pids[0]
 	return serverProc, nil
 }
 
