@@ -139,7 +139,10 @@ func (e *env) oncepayBinary(ctx context.Context) (string, error) {
 // the demo data), and raises serverSKU's stock. Everything is undone by the cluster's stop, or
 // when the environment closes. Every call has a database and a Redis prefix of its own
 // (oncepay_bench_<name><n>_<runID>), so each run's storm starts on an empty store.
-func (e *env) startCluster(ctx context.Context, name string, n int) (c *cluster, err error) {
+//
+// extra is more environment for every process, after the defaults, so that it overrides them
+// (os/exec keeps the last value of a duplicated variable).
+func (e *env) startCluster(ctx context.Context, name string, n int, extra ...string) (c *cluster, err error) {
 	bin, err := e.oncepayBinary(ctx)
 	if err != nil {
 		return nil, err
@@ -185,7 +188,7 @@ func (e *env) startCluster(ctx context.Context, name string, n int) (c *cluster,
 			return nil, err
 		}
 		url := "http://" + addr
-		pid, err := e.startInstance(ctx, bin, filepath.Join(dir, fmt.Sprintf("oncepay-%d", i+1)), url, []string{
+		pid, err := e.startInstance(ctx, bin, filepath.Join(dir, fmt.Sprintf("oncepay-%d", i+1)), url, append([]string{
 			"ONCEPAY_HTTP_ADDR=" + addr,
 			"ONCEPAY_NODE_ID=" + strconv.Itoa(i+1),
 			"ONCEPAY_MYSQL_DSN=" + dsn.FormatDSN(),
@@ -198,7 +201,7 @@ func (e *env) startCluster(ctx context.Context, name string, n int) (c *cluster,
 			"ONCEPAY_CHANNEL_SECRET=" + secret,
 			"ONCEPAY_ADMIN_KEY=" + c.adminKey,
 			"ONCEPAY_SEED_DEMO=" + strconv.FormatBool(i == 0),
-		})
+		}, extra...))
 		if err != nil {
 			return nil, err
 		}
