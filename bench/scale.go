@@ -171,7 +171,11 @@ func (e *env) fillRecords(ctx context.Context, n, expired int64, out io.Writer) 
 	for from := int64(1); from <= n; from += chunk {
 		to := min(from+chunk-1, n)
 		began := time.Now()
-		err := e.db.WithContext(ctx).Exec(fmt.Sprintf(`INSERT INTO idempotency_records
+		// The sort's temporary table stays in memory (SET STATEMENT is MariaDB's): on disk it
+		// would live in the server's tmpdir, where another server started on this machine
+		// with the same tmpdir deletes it at its start-up.
+		err := e.db.WithContext(ctx).Exec(fmt.Sprintf(`SET STATEMENT tmp_table_size = 1073741824, max_heap_table_size = 1073741824 FOR
+			INSERT INTO idempotency_records
 			(id, scope, biz_type, biz_key, request_id, fingerprint, status, response_status,
 			 response_headers, response_body, created_at, updated_at, expires_at)
 			SELECT %[1]d - 1 + ROW_NUMBER() OVER (ORDER BY scope, biz_key), scope, 'bench', biz_key,
