@@ -120,8 +120,9 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.DB = deps.DB
 	if a.DB == nil {
 		a.DB, err = database.Open(database.Options{
-			MySQLDSN:   cfg.MySQLDSN,
-			SQLitePath: filepath.Join(cfg.DataDir, "oncepay.db"),
+			MySQLDSN:      cfg.MySQLDSN,
+			SQLitePath:    filepath.Join(cfg.DataDir, "oncepay.db"),
+			WsrepSyncWait: cfg.MySQLWsrepSyncWait,
 		})
 		if err != nil {
 			return nil, err

@@ -53,6 +53,14 @@ type Config struct {
 	HTTPAddr string `env:"ONCEPAY_HTTP_ADDR"`
 	// MySQLDSN is a go-sql-driver DSN; empty means the embedded SQLite file in DataDir.
 	MySQLDSN string `env:"ONCEPAY_MYSQL_DSN"`
+	// MySQLWsrepSyncWait is the wsrep_sync_wait bitmask every connection sets when the server
+	// is a MariaDB Galera node (wsrep_on): 1 makes BEGIN and every read wait until the node
+	// has applied what the cluster committed before it, so that a payment report reaching
+	// one node right after its order committed on another finds the order. 0 leaves the
+	// server's setting (MariaDB's default 0: a node may answer from before the latest
+	// commit). Ignored on a server that is not a Galera node, and when the DSN sets
+	// wsrep_sync_wait itself.
+	MySQLWsrepSyncWait int `env:"ONCEPAY_MYSQL_WSREP_SYNC_WAIT" envDefault:"1" envHint:"use a wsrep_sync_wait bitmask in 0..15: 1 waits before reads and BEGIN, 0 leaves the server's setting"`
 	// DataDir is where embedded state (the SQLite file) lives.
 	DataDir string `env:"ONCEPAY_DATA_DIR" envDefault:"./data"`
 	// RedisAddrs are the host:port addresses of ONCEPAY_REDIS_ADDR, a comma list: one is a
@@ -330,6 +338,9 @@ func explain(err error, vars map[string]string) []error {
 // validate checks the relations between settings once each has parsed.
 func (c Config) validate() []error {
 	var errs []error
+	if c.MySQLWsrepSyncWait < 0 || c.MySQLWsrepSyncWait > 15 {
+		errs = append(errs, fmt.Errorf("ONCEPAY_MYSQL_WSREP_SYNC_WAIT=%d is out of range: use a wsrep_sync_wait bitmask in 0..15 (default 1: causal reads on a Galera node)", c.MySQLWsrepSyncWait))
+	}
 	if c.NodeID < 0 || c.NodeID > 1023 {
 		errs = append(errs, fmt.Errorf("ONCEPAY_NODE_ID=%d is out of range: use 0..1023, distinct per instance", c.NodeID))
 	}
@@ -420,6 +431,7 @@ func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("mysql_dsn", maskDSN(c.MySQLDSN)),
+		slog.Int("mysql_wsrep_sync_wait", c.MySQLWsrepSyncWait),
 		slog.String("data_dir", c.DataDir),
 		slog.String("redis_addr", orEmbedded(strings.Join(c.RedisAddrs, ","), c.EmbeddedRedisAddr)),
 		slog.Int("redis_db", c.RedisDB),

@@ -41,6 +41,7 @@ func defaults() config.Config {
 	return config.Config{
 		HTTPAddr:            "127.0.0.1:8080",
 		MySQLDSN:            "",
+		MySQLWsrepSyncWait:  1,
 		DataDir:             "./data",
 		RedisAddrs:          nil,
 		EmbeddedRedisAddr:   "127.0.0.1:16379",
@@ -83,6 +84,7 @@ func defaults() config.Config {
 var everyVariable = map[string]string{
 	"ONCEPAY_HTTP_ADDR":              "127.0.0.1:9090",
 	"ONCEPAY_MYSQL_DSN":              "app:pw@tcp(db:3306)/oncepay?parseTime=true",
+	"ONCEPAY_MYSQL_WSREP_SYNC_WAIT":  "3",
 	"ONCEPAY_DATA_DIR":               "/var/lib/oncepay",
 	"ONCEPAY_REDIS_ADDR":             "redis:6379",
 	"ONCEPAY_EMBEDDED_REDIS_ADDR":    "127.0.0.1:26379",
@@ -122,6 +124,7 @@ var everyVariable = map[string]string{
 var everyVariableParsed = config.Config{
 	HTTPAddr:            "127.0.0.1:9090",
 	MySQLDSN:            "app:pw@tcp(db:3306)/oncepay?parseTime=true",
+	MySQLWsrepSyncWait:  3,
 	DataDir:             "/var/lib/oncepay",
 	RedisAddrs:          []string{"redis:6379"},
 	EmbeddedRedisAddr:   "127.0.0.1:26379",
@@ -396,6 +399,11 @@ func TestLoadFromInvalid(t *testing.T) {
 			name:  "one dev secret left with a MySQL DSN",
 			vars:  map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db)/x", "ONCEPAY_ADMIN_KEY": "real-admin-key", "ONCEPAY_CHANNEL_URL": "embedded"},
 			lines: [][]string{{"ONCEPAY_CHANNEL_SECRET", "dev-*"}},
+		},
+		{
+			name:  "wsrep_sync_wait above its bitmask",
+			vars:  map[string]string{"ONCEPAY_MYSQL_WSREP_SYNC_WAIT": "16"},
+			lines: [][]string{{"ONCEPAY_MYSQL_WSREP_SYNC_WAIT=16", "0..15"}},
 		},
 		{
 			name:  "node id above range",
