@@ -249,6 +249,9 @@ func (c *Cluster) args(n *Node, gcomm string) []string {
 		fmt.Sprintf("--port=%d", n.Port),
 		"--socket=" + filepath.Join(n.Root, "mariadb.sock"),
 		"--pid-file=" + filepath.Join(n.Root, "mariadb.pid"),
+		// A tmpdir of its own: at start-up a server deletes the temporary files it finds
+		// in its tmpdir, and the default, /tmp, holds the shared server's.
+		"--tmpdir=" + n.Root,
 		"--bind-address=127.0.0.1",
 		"--user=" + runUser(),
 		"--skip-grant-tables",
