@@ -294,6 +294,9 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		}
 	}()
 
+	if l != nil && g.cfg.Lab.ForgetLease != nil && g.cfg.Lab.ForgetLease(workCtx, req.Key) {
+		_ = g.rdb.Del(ctx, g.leaseKey(req.Key)).Err() // the failover of I15, modelled
+	}
 	if g.cfg.Lab.BeforeWork != nil {
 		if err := g.cfg.Lab.BeforeWork(workCtx, req.Key); err != nil {
 			g.finish(ctx, req, l, Result{}, err, start, cerr == nil)

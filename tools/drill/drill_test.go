@@ -32,6 +32,7 @@ func TestScheduleKeepsTheCloseJobAndSlowPaymentsApart(t *testing.T) {
 		"I7 double click/oncepay", "I7 double click/lab",
 		"flash-sale flash sale/oncepay", "flash-sale flash sale/lab",
 		"I10 paused holder writes late/oncepay", "I10 paused holder writes late/lab", // both pause under /lab/, outside any payment delay
+		"I15 two holders after a Redis failover/oncepay", "I15 two holders after a Redis failover/lab", // like I10
 		"I8 refund call times out/lab",
 		"I9 lost notification, then close/oncepay", // like I5's second half: waits for the others before its close job
 		"I9 lost notification, then close/lab",     // closes its one order by id

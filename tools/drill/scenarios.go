@@ -44,6 +44,11 @@ type routes struct {
 	// a caller pause a lock holder: oncepay's is its own guard and order service with a lease
 	// nothing renews; the lab's is the naive lock and unconditional write.
 	pausedNotify string
+	// failoverNotify is I15's payment route, which takes ?pause=: the holder loses its lease
+	// to a modelled Redis failover right after taking it, then works that long. Both targets'
+	// routes are under /lab/, like I10's: oncepay's is its own guard and order service, the
+	// lab's the naive lock and unconditional write.
+	failoverNotify string
 	// refundOrder is where I8 asks for a refund of an order: oncepay's POST
 	// /v1/orders/{order_id}/refunds, or the lab's refund that retries a timed-out call under a
 	// new number.
@@ -75,6 +80,7 @@ var oncepayRoutes = routes{
 	formTokens:       true,
 	flashOrders:      "/v1/orders",
 	pausedNotify:     "/lab/guarded/payments/notify-after-pause",
+	failoverNotify:   "/lab/guarded/payments/notify-after-failover",
 	refundOrder:      func(id string) string { return "/v1/orders/" + id + "/refunds" },
 	cancelOrder:      func(id string) string { return "/v1/orders/" + id + "/cancel" },
 	purgedNotify:     "/v1/payments/notify",
@@ -115,6 +121,11 @@ const labProbePath = "/lab/"
 //     nothing renews, a check, the pause, then an unconditional payment (I10).
 //   - POST /lab/guarded/payments/notify-after-pause?pause=…: the same pause and lease around
 //     oncepay's own guard and order service, which the oncepay row of I10 drives.
+//   - POST /lab/payments/notify-after-failover?pause=…: a signed notification; the I4 lock,
+//     a check, the lease lost to a modelled Redis failover (its key deleted), the pause, then
+//     an unconditional payment: a copy during the pause pays too (I15).
+//   - POST /lab/guarded/payments/notify-after-failover?pause=…: the same lost lease and pause
+//     around oncepay's own guard and order service, which the oncepay row of I15 drives.
 //   - POST /lab/orders/{order_id}/refunds {"amount"}: the user's bearer; calls the channel's
 //     refund with a 1 s timeout and, when it times out, again under a NEW out_refund_no
 //     (I8): with timeout_after_apply the channel applies both.
@@ -144,6 +155,7 @@ var labRoutes = routes{
 	formOrders:       "/lab/orders/submit",
 	flashOrders:      "/lab/orders/check-then-act",
 	pausedNotify:     "/lab/payments/notify-after-pause",
+	failoverNotify:   "/lab/payments/notify-after-failover",
 	refundOrder:      func(id string) string { return "/lab/orders/" + id + "/refunds" },
 	closeExpired:     func(id string) string { return "/lab/orders/" + id + "/close-expired" },
 	cancelOrder:      func(id string) string { return "/lab/orders/" + id + "/cancel" },
@@ -214,6 +226,8 @@ var catalog = []scenario{
 	// I10's oncepay run answers its stale holder from the dedup record, which I6's purge must
 	// not remove in the meantime.
 	{id: "I10", name: "paused holder writes late", lab: true, purgeSensitive: true, run: (*drill).staleWriter},
+	// I15's oncepay run answers its first holder from the dedup record too.
+	{id: "I15", name: "two holders after a Redis failover", lab: true, purgeSensitive: true, run: (*drill).failoverHolders},
 	// I8 and I9 drive the channel simulator, whose faults are global: each holds simGate
 	// alone while its fault is on. I9's oncepay run calls the close job once its order expired.
 	{id: "I8", name: "refund call times out", lab: true, pays: true, run: (*drill).refundTimeout},
