@@ -266,6 +266,9 @@ func (w *world) startMariaDB(ctx context.Context) error {
 	w.mariadb = &server{
 		name: "mariadb",
 		args: []string{"mariadbd", "--no-defaults", "--datadir=" + datadir, fmt.Sprintf("--port=%d", port),
+			// A tmpdir of its own: at every start mariadbd deletes the temporary files in its
+			// tmpdir, and the default, /tmp, may hold another server's.
+			"--tmpdir=" + w.dir,
 			"--socket=" + filepath.Join(w.dir, "mariadb.sock"), "--bind-address=127.0.0.1", "--user=" + currentUser(),
 			"--skip-grant-tables", "--innodb-buffer-pool-size=128M", "--max-connections=1000",
 			"--log-error=" + filepath.Join(w.dir, "mariadb.err")},
