@@ -180,8 +180,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.users = account.NewUsers(a.DB, a.IDs)
 	a.anomalies = anomaly.NewRecorder(a.DB, a.IDs)
 	a.inventory = inventory.NewStore(a.DB)
-	a.recharges = account.NewRecharges(a.DB, a.IDs, account.NewLedger(a.DB, a.IDs), a.anomalies)
+	// One writer of events: order.events messages for Kafka and the merchant's events for
+	// webhooks and the events API, each in the transaction of its change (I17).
 	events := outbox.NewWriter(a.IDs)
+	a.recharges = account.NewRecharges(a.DB, a.IDs, account.NewLedger(a.DB, a.IDs), a.anomalies, events)
 	a.orders = order.NewService(a.DB, a.IDs, inventory.NewMovements(a.IDs), events, cfg.OrderTTL)
 	a.payments = payment.NewService(a.IDs, a.orders, a.anomalies)
 
@@ -198,7 +200,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	}, map[notify.Kind]notify.Applier{
 		notify.Trade:    a.payments,
 		notify.Recharge: a.recharges,
-		notify.Refund:   refund.NewReports(a.orders, a.anomalies),
+		notify.Refund:   refund.NewReports(a.orders, a.anomalies, events),
 	})
 
 	// The payment channels (outbound): each configured channel's client, whose timeouts are
@@ -226,7 +228,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	}
 	client := clients[cfg.ChannelName]
 	a.trades = payment.NewTrades(a.DB, a.orders, client, cfg.ChannelName, cfg.PublicURL+notify.Routes[notify.Trade], a.Reports.Settle)
-	a.refunds = refund.NewService(a.DB, a.IDs, a.orders, clients, cfg.PublicURL+notify.Routes[notify.Refund], a.Reports.Settle)
+	a.refunds = refund.NewService(a.DB, a.IDs, a.orders, clients, cfg.PublicURL+notify.Routes[notify.Refund], a.Reports.Settle, events)
 	a.bills = jobs.NewBills(a.DB, client, cfg.ChannelName, a.anomalies, a.trades)
 
 	// Background loops: the trade reports consumer (I1), the outbox relay, and the scheduled
