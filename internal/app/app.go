@@ -40,6 +40,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
 	"github.com/oncepay/oncepay/internal/refund"
+	"github.com/oncepay/oncepay/internal/webhook"
 )
 
 // Runner is a background loop (consumer, outbox relay, scheduled job) that runs until its
@@ -76,6 +77,8 @@ type App struct {
 	trades    *payment.Trades
 	refunds   *refund.Service
 	bills     *jobs.Bills
+	endpoints *webhook.Endpoints
+	feed      *webhook.Feed
 	handler   http.Handler
 	checks    []readyCheck
 	runners   []Runner
@@ -245,6 +248,23 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		&jobs.Scheduled{Name: "purge-dedup-records", Interval: cfg.PurgeJobInterval, Guard: a.Guard, Job: jobs.PurgeDedupRecords(a.Guard, cfg.DedupRetention)},
 	)
 	a.consumersReady = payments.Ready
+
+	// Webhooks (docs/contract.md): every instance sequences committed events into the feed and
+	// sends the deliveries that are due, under a lease per delivery in the database, so that
+	// none is sent twice at once and a killed instance's deliveries are picked up by the
+	// others; the feed is purged past ONCEPAY_EVENT_RETENTION.
+	a.endpoints = webhook.NewEndpoints(a.DB, a.IDs)
+	a.feed = webhook.NewFeed(a.DB)
+	a.runners = append(a.runners,
+		&webhook.Loop{
+			Sequencer: webhook.NewSequencer(a.DB, a.IDs),
+			Sender:    webhook.NewSender(a.DB, a.IDs, a.anomalies, cfg.WebhookSchedule, cfg.WebhookTimeout),
+			Interval:  cfg.WebhookInterval,
+		},
+		&jobs.Scheduled{Name: "purge-events", Interval: cfg.PurgeJobInterval, Guard: a.Guard, Job: func(ctx context.Context) (int64, error) {
+			return a.feed.Purge(ctx, cfg.EventRetention)
+		}},
+	)
 
 	if cfg.SeedDemo {
 		if err = a.seedDemo(ctx); err != nil {
