@@ -11,7 +11,8 @@ run: build
 
 ## test: the whole suite: gofmt check, go vet, staticcheck, go test -race; then the
 ## idempotency kit's own suite once more on each other dialect (ONCEPAY_TEST_KIT_DIALECT),
-## and the examples module, which imports the kit as a stranger would.
+## and the examples module, which imports the kit as a stranger would, and the example
+## webhook receiver (a module of its own that imports nothing of oncepay).
 KIT := ./idempotent/...
 test: lint
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
@@ -21,6 +22,7 @@ test: lint
 		ONCEPAY_TEST_KIT_DIALECT=postgres $(GO) test -race -count=1 -timeout 5m $(KIT); \
 	fi
 	cd examples && $(GO) test -race -count=1 -timeout 5m ./...
+	cd examples/webhook-receiver && $(GO) test -race -count=1 -timeout 5m ./...
 
 ## test-galera: the tests that need a real MariaDB Galera cluster (issue 21): they start three
 ## private nodes (galera-4; MySQL ports 4401–4403, replication 4411–4413, IST 4421–4423, SST
@@ -43,6 +45,7 @@ lint: fmt-check tidy-check vet staticcheck
 tidy-check:
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	@cd examples && $(GO) mod tidy -diff || { echo "examples/go.mod is not tidy: run go mod tidy in examples"; exit 1; }
+	@cd examples/webhook-receiver && $(GO) mod tidy -diff || { echo "examples/webhook-receiver/go.mod is not tidy: run go mod tidy there"; exit 1; }
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -51,6 +54,7 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 	cd examples && $(GO) vet ./...
+	cd examples/webhook-receiver && $(GO) vet ./...
 
 staticcheck:
 	$(GO) tool staticcheck $(PKGS)

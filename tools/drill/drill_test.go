@@ -38,9 +38,12 @@ func TestScheduleKeepsTheCloseJobAndSlowPaymentsApart(t *testing.T) {
 		"I9 lost notification, then close/lab",     // closes its one order by id
 		"I12 side effect before the key/lab",       // the buyer's payment is refused: nothing for oncepay to apply
 		"I13 purged fence on a money path/lab",     // paid through the lab's own route
+		"I16 webhook processed twice/lab",          // the naive receiver; its order is paid through oncepay, but no run is slowed more for it
+		"I17 event announced before its commit/oncepay", "I17 event announced before its commit/lab",
 	}
 	wantPaying := []string{"I1 triple delivery/oncepay", "I4 lock expiry under a slow payment/oncepay", "I6 purge before redelivery/oncepay",
-		"I8 refund call times out/oncepay", "I12 side effect before the key/oncepay", "I13 purged fence on a money path/oncepay"}
+		"I8 refund call times out/oncepay", "I12 side effect before the key/oncepay", "I13 purged fence on a money path/oncepay",
+		"I16 webhook processed twice/oncepay"}
 	wantAlone := []string{"I5 late close of a paid order/oncepay"}
 	for _, g := range []struct {
 		name      string

@@ -65,6 +65,10 @@ type routes struct {
 	// /v1/payments/notify; the lab's is fenced by its dedup row alone and refunds what it
 	// cannot apply.
 	purgedNotify string
+	// announceOrders is where I17 places an order that rolls back for lack of stock: oncepay's
+	// POST /v1/orders, whose order.created is written in the transaction and delivered only
+	// after the commit, or the lab's, which POSTs it to the webhook endpoints before.
+	announceOrders string
 }
 
 // oncepayRoutes are the contract's routes.
@@ -84,6 +88,7 @@ var oncepayRoutes = routes{
 	refundOrder:      func(id string) string { return "/v1/orders/" + id + "/refunds" },
 	cancelOrder:      func(id string) string { return "/v1/orders/" + id + "/cancel" },
 	purgedNotify:     "/v1/payments/notify",
+	announceOrders:   "/v1/orders",
 }
 
 // labProbePath must answer non-404 (an index of the lab, say) when the server runs with
@@ -140,6 +145,13 @@ const labProbePath = "/lab/"
 //     conditional payment; a report for an order that is not PENDING_PAYMENT is taken for a
 //     payment after close and refunded at once, in full, under a NEW out_refund_no, and the
 //     answer (200 success) says what was asked of the channel in refund_asked (I13).
+//   - POST /lab/orders/announce-first: the header and body of /v1/orders; POSTs the order's
+//     order.created, signed, to every webhook endpoint subscribed to it from inside the
+//     transaction, then reserves the stock with its precondition: short stock rolls the order
+//     back after its event was out (I17).
+//
+// I16 needs no replica of oncepay: its lab run is the merchant's naive receiver, which the
+// drill plays itself.
 //
 // The lab writes the same orders, stock and balances that /v1 reads.
 var labRoutes = routes{
@@ -160,6 +172,7 @@ var labRoutes = routes{
 	closeExpired:     func(id string) string { return "/lab/orders/" + id + "/close-expired" },
 	cancelOrder:      func(id string) string { return "/lab/orders/" + id + "/cancel" },
 	purgedNotify:     "/lab/payments/notify-purged",
+	announceOrders:   "/lab/orders/announce-first",
 }
 
 // scenario is one drill. run fires the copies and judges the effect; lab says whether the
@@ -237,6 +250,10 @@ var catalog = []scenario{
 	// purges every dedup record, holding purgeGate alone like I6.
 	{id: "I12", name: "side effect before the key", lab: true, pays: true, run: (*drill).sideEffectBeforeKey},
 	{id: "I13", name: "purged fence on a money path", lab: true, pays: true, run: (*drill).purgedFence},
+	// I16 and I17 play the merchant: a receiver of the drill's own, registered as a webhook
+	// endpoint. I16 pays its order; its lab run is the receiver without a dedup record.
+	{id: "I16", name: "webhook processed twice", lab: true, pays: true, run: (*drill).lostAck},
+	{id: "I17", name: "event announced before its commit", lab: true, run: (*drill).announcedRollback},
 }
 
 // scenarioIDs returns the distinct scenario ids in catalog order.

@@ -107,6 +107,7 @@ func (l *Lab) Routes(requireUser, requireAdmin func(http.Handler) http.Handler) 
 	r.With(requireAdmin).Post("/orders/{order_id}/close-expired", l.closeExpiredWithoutAsking)
 	r.With(requireUser).Post("/orders/{order_id}/cancel", l.cancelChannelFirst)
 	r.With(l.signed("trade")).Post("/payments/notify-purged", l.refundWhatCannotApply)
+	r.With(requireUser).Post("/orders/announce-first", l.createOrderAnnounceFirst)
 	return r
 }
 
@@ -144,6 +145,8 @@ func (l *Lab) index(w http.ResponseWriter, _ *http.Request) {
 				"a cancel refused there (422 key reused, 409 in flight, 400 foreign token) has already made the order unpayable",
 			"POST /lab/payments/notify-purged": "I13: a payment report whose only fence is a dedup row the purge removes; a report for an order that is not " +
 				"PENDING_PAYMENT is taken for a payment after close and refunded at once in full under a NEW out_refund_no",
+			"POST /lab/orders/announce-first": "I17: order.created is POSTed to the webhook endpoints from inside the transaction, before it commits; " +
+				"then the stock is short and the transaction rolls back: the receivers were told of an order that never existed",
 		},
 	})
 }
