@@ -449,7 +449,7 @@ func (c *Client) send(ctx context.Context, w Write) (*Response, error) {
 	}
 	hr, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", w.Method, w.Path, err)
+		return nil, err // a *url.Error: it names the method and URL
 	}
 	defer hr.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(hr.Body, maxBody))
