@@ -129,6 +129,10 @@ const labProbePath = "/lab/"
 //     conditional payment; a report for an order that is not PENDING_PAYMENT is taken for a
 //     payment after close and refunded at once, in full, under a NEW out_refund_no, and the
 //     answer (200 success) says what was asked of the channel in refund_asked (I13).
+//   - POST /lab/orders/lose-first-answer?run=…: the header and body of /v1/orders, forwarded to
+//     oncepay's own route; the first answer of each run is held until the client gives up, then
+//     dropped (I18). Both targets order through it: the lab's run with the incident's client,
+//     which retries under a new key, oncepay's with the Go client (package client).
 //
 // The lab writes the same orders, stock and balances that /v1 reads.
 var labRoutes = routes{
@@ -223,6 +227,10 @@ var catalog = []scenario{
 	// purges every dedup record, holding purgeGate alone like I6.
 	{id: "I12", name: "side effect before the key", lab: true, pays: true, run: (*drill).sideEffectBeforeKey},
 	{id: "I13", name: "purged fence on a money path", lab: true, pays: true, run: (*drill).purgedFence},
+	// I18's both runs order through the lab's lossy network; the clients differ. The oncepay
+	// run's retry is answered from the first attempt's stored result, which I6's and I13's
+	// purges must not remove in between.
+	{id: "I18", name: "client retries under a new key", lab: true, purgeSensitive: true, run: (*drill).newKeyRetry},
 }
 
 // scenarioIDs returns the distinct scenario ids in catalog order.
