@@ -297,9 +297,12 @@ func (c *Client) Do(ctx context.Context, r Request, opts ...CallOption) (*Respon
 	case n == 0: // the caller's context ended before anything was sent
 		return nil, err
 	}
-	var p *Problem
-	if errors.As(err, &p) && !p.retryable() {
-		return nil, err
+	var (
+		p  *Problem
+		re *requestError
+	)
+	if errors.As(err, &p) && !p.retryable() || errors.As(err, &re) {
+		return nil, err // a final answer, or a request that was never sent
 	}
 	ie := &IndefiniteError{Key: w.Key, Method: w.Method, Path: w.Path, Attempts: n, Last: last}
 	if ctxErr := context.Cause(ctx); ctxErr != nil && !errors.Is(last, ctxErr) {

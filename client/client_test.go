@@ -503,3 +503,39 @@ func TestOneTimeTokenAsKey(t *testing.T) {
 		t.Errorf("%d orders, want 1", n)
 	}
 }
+
+// TestNothingIsSentForABadKeyOrRequest: a key the contract would refuse, a NewKey that makes a
+// one-time token's prefix, and a request that cannot be built are errors before anything
+// leaves — none of them an IndefiniteError, since nothing can have happened.
+func TestNothingIsSentForABadKeyOrRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		key  string
+		make func() (string, error)
+		req  client.Request
+	}{
+		{name: "a space in the key", key: "two words", req: client.Request{Method: http.MethodPost, Path: "/v1/orders", Keyed: true}},
+		{name: "a key over 255 bytes", key: string(bytes.Repeat([]byte("k"), 256)), req: client.Request{Method: http.MethodPost, Path: "/v1/orders", Keyed: true}},
+		{name: "NewKey makes tok_", make: func() (string, error) { return "tok_guess", nil }, req: client.Request{Method: http.MethodPost, Path: "/v1/orders", Keyed: true}},
+		{name: "an unbuildable request", req: client.Request{Method: "BAD METHOD", Path: "/v1/orders"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &blackHole{}
+			c, err := client.New(client.Config{BaseURL: "http://127.0.0.1:9", Transport: rec, NewKey: tc.make})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var opts []client.CallOption
+			if tc.key != "" {
+				opts = append(opts, client.WithKey(tc.key))
+			}
+			_, err = c.Do(context.Background(), tc.req, opts...)
+			if err == nil || errors.Is(err, client.ErrIndefinite) {
+				t.Errorf("error %v, want a plain error", err)
+			}
+			if n := len(rec.all()); n != 0 {
+				t.Errorf("%d requests sent", n)
+			}
+		})
+	}
+}
