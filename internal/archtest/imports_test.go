@@ -1,6 +1,7 @@
 // Package archtest holds the import rules of the three trees (docs/architecture.md): the
 // service a forker keeps, the idempotency kit another service imports, and the training kit a
-// learner runs. Each rule is checked on the non-test imports of every package of the module.
+// learner runs — and of the Go client a merchant's program imports (client/), which speaks
+// only the HTTP contract. Each rule is checked on the non-test imports of every package of the module.
 package archtest
 
 import (
@@ -56,6 +57,9 @@ func TestImportRules(t *testing.T) {
 		{"the kit imports nothing of the service or the training kit",
 			func(p string) bool { return under(p, "idempotent") },
 			func(i string) bool { return under(i, "idempotent") }},
+		{"the client imports nothing of the service, the kit or the training kit",
+			func(p string) bool { return under(p, "client") },
+			func(i string) bool { return under(i, "client") }},
 		{"platform imports nothing above it",
 			func(p string) bool { return under(p, "internal/platform") },
 			func(i string) bool { return under(i, "internal/platform", "migrations") }},

@@ -161,11 +161,12 @@ func isTimeout(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// settle delivers c until an answer is final: first `copies` copies at once to distinct
-// random instances (the same request arriving by several paths), then one copy at a time,
-// each after a backoff (settleBackoff) and to a random instance, as a client retrying after a
-// timeout or a 409 in_use does. It returns the first final answer, or nil when none came
-// within settleTimeout or before ctx ended.
+// settle delivers a channel's report c until an answer is final: first `copies` copies at
+// once to distinct random instances (the same report arriving by several paths), then one
+// copy at a time, each after a backoff (settleBackoff) and to a random instance, as a channel
+// retrying after a timeout or a 409 in_use does. It returns the first final answer, or nil
+// when none came within settleTimeout or before ctx ended. The users' writes are retried by
+// oncepay's Go client instead (write).
 func (wl *workload) settle(ctx context.Context, c call, copies int) *event {
 	fanned := false
 	e, _ := retry.DoValue(ctx, settleBackoff(), func(ctx context.Context) (*event, error) {
@@ -279,7 +280,7 @@ func (wl *workload) order(ctx context.Context, u user) *orderRef {
 	}
 	body := fmt.Appendf(nil, `{"items":[{"sku":%q,"quantity":%d}]}`, s.sku, 1+mrand.IntN(3))
 	key := newKey("order")
-	e := wl.settle(ctx, call{op: "order", user: u.name, key: key, method: http.MethodPost, path: "/v1/orders",
+	e := wl.write(ctx, call{op: "order", user: u.name, key: key, method: http.MethodPost, path: "/v1/orders",
 		bearer: u.apiKey, idemKey: key, body: body}, copiesOf())
 	if e == nil || e.Status != http.StatusCreated {
 		return nil
@@ -293,7 +294,7 @@ func (wl *workload) order(ctx context.Context, u user) *orderRef {
 
 func (wl *workload) cancel(ctx context.Context, u user, o *orderRef) {
 	key := newKey("cancel")
-	wl.settle(ctx, call{op: "cancel", user: u.name, key: key, method: http.MethodPost, path: "/v1/orders/" + o.ID + "/cancel",
+	wl.write(ctx, call{op: "cancel", user: u.name, key: key, method: http.MethodPost, path: "/v1/orders/" + o.ID + "/cancel",
 		bearer: u.apiKey, idemKey: key}, copiesOf())
 }
 
@@ -303,7 +304,7 @@ func (wl *workload) cancel(ctx context.Context, u user, o *orderRef) {
 // whether the channel took the buyer's money.
 func (wl *workload) pay(ctx context.Context, u user, o *orderRef) bool {
 	key := newKey("pay")
-	e := wl.settle(ctx, call{op: "pay", user: u.name, key: key, method: http.MethodPost, path: "/v1/orders/" + o.ID + "/payments",
+	e := wl.write(ctx, call{op: "pay", user: u.name, key: key, method: http.MethodPost, path: "/v1/orders/" + o.ID + "/payments",
 		bearer: u.apiKey, idemKey: key}, copiesOf())
 	if e == nil || e.Status != http.StatusCreated {
 		return false
@@ -427,7 +428,7 @@ func (wl *workload) refund(ctx context.Context, u user, o *orderRef) {
 			body = fmt.Appendf(nil, `{"amount":%d,"reason":"chaos"}`, a)
 		}
 		key := newKey("refund")
-		wl.settle(ctx, call{op: "refund", user: u.name, key: key, method: http.MethodPost, path: "/v1/orders/" + o.ID + "/refunds",
+		wl.write(ctx, call{op: "refund", user: u.name, key: key, method: http.MethodPost, path: "/v1/orders/" + o.ID + "/refunds",
 			bearer: u.apiKey, idemKey: key, body: body}, copiesOf())
 	}
 }
@@ -456,7 +457,7 @@ func (wl *workload) awaitStatus(ctx context.Context, u user, o *orderRef, status
 func (wl *workload) recharge(ctx context.Context, u user) {
 	amount := int64(100 + mrand.IntN(100000))
 	key := newKey("recharge")
-	e := wl.settle(ctx, call{op: "recharge", user: u.name, key: key, method: http.MethodPost, path: "/v1/recharges",
+	e := wl.write(ctx, call{op: "recharge", user: u.name, key: key, method: http.MethodPost, path: "/v1/recharges",
 		bearer: u.apiKey, idemKey: key, body: fmt.Appendf(nil, `{"amount":%d}`, amount)}, copiesOf())
 	if e == nil || e.Status != http.StatusCreated {
 		return

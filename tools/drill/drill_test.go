@@ -40,6 +40,7 @@ func TestScheduleKeepsTheCloseJobAndSlowPaymentsApart(t *testing.T) {
 		"I13 purged fence on a money path/lab",     // paid through the lab's own route
 		"I16 webhook processed twice/lab",          // the naive receiver; its order is paid through oncepay, but no run is slowed more for it
 		"I17 event announced before its commit/oncepay", "I17 event announced before its commit/lab",
+		"I18 client retries under a new key/oncepay", "I18 client retries under a new key/lab", // both order through /lab/, no payment
 	}
 	wantPaying := []string{"I1 triple delivery/oncepay", "I4 lock expiry under a slow payment/oncepay", "I6 purge before redelivery/oncepay",
 		"I8 refund call times out/oncepay", "I12 side effect before the key/oncepay", "I13 purged fence on a money path/oncepay",

@@ -152,6 +152,10 @@ const labProbePath = "/lab/"
 //
 // I16 needs no replica of oncepay: its lab run is the merchant's naive receiver, which the
 // drill plays itself.
+//   - POST /lab/orders/lose-first-answer?run=…: the header and body of /v1/orders, forwarded to
+//     oncepay's own route; the first answer of each run is held until the client gives up, then
+//     dropped (I18). Both targets order through it: the lab's run with the incident's client,
+//     which retries under a new key, oncepay's with the Go client (package client).
 //
 // The lab writes the same orders, stock and balances that /v1 reads.
 var labRoutes = routes{
@@ -254,6 +258,10 @@ var catalog = []scenario{
 	// endpoint. I16 pays its order; its lab run is the receiver without a dedup record.
 	{id: "I16", name: "webhook processed twice", lab: true, pays: true, run: (*drill).lostAck},
 	{id: "I17", name: "event announced before its commit", lab: true, run: (*drill).announcedRollback},
+	// I18's both runs order through the lab's lossy network; the clients differ. The oncepay
+	// run's retry is answered from the first attempt's stored result, which I6's and I13's
+	// purges must not remove in between.
+	{id: "I18", name: "client retries under a new key", lab: true, purgeSensitive: true, run: (*drill).newKeyRetry},
 }
 
 // scenarioIDs returns the distinct scenario ids in catalog order.

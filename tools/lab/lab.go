@@ -58,6 +58,11 @@ type Lab struct {
 	// ChannelURL is the payment channel's base URL for the outbound replicas (I8); when it is
 	// empty, they take it from the pay_url of the order's trade (see channelURL).
 	ChannelURL string
+	// upstream is the instance's own router, which the lossy network of I18 forwards to
+	// (loseFirstAnswer); nil until Mount sets it, and then that route answers 503.
+	upstream http.Handler
+	// lost remembers the runs of I18 whose first answer was lost.
+	lost lostAnswers
 }
 
 // New returns the lab on the real database and Redis; every Redis key it writes starts with
@@ -108,6 +113,7 @@ func (l *Lab) Routes(requireUser, requireAdmin func(http.Handler) http.Handler) 
 	r.With(requireUser).Post("/orders/{order_id}/cancel", l.cancelChannelFirst)
 	r.With(l.signed("trade")).Post("/payments/notify-purged", l.refundWhatCannotApply)
 	r.With(requireUser).Post("/orders/announce-first", l.createOrderAnnounceFirst)
+	r.Post("/orders/lose-first-answer", l.loseFirstAnswer)
 	return r
 }
 
@@ -147,6 +153,8 @@ func (l *Lab) index(w http.ResponseWriter, _ *http.Request) {
 				"PENDING_PAYMENT is taken for a payment after close and refunded at once in full under a NEW out_refund_no",
 			"POST /lab/orders/announce-first": "I17: order.created is POSTed to the webhook endpoints from inside the transaction, before it commits; " +
 				"then the stock is short and the transaction rolls back: the receivers were told of an order that never existed",
+			"POST /lab/orders/lose-first-answer?run=": "I18's network, not a bug: oncepay's own POST /v1/orders, whose FIRST answer of each run is held " +
+				"until the client gives up and then dropped; a client that retries under a NEW key orders twice, one that keeps its key gets the order replayed",
 		},
 	})
 }
