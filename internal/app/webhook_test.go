@@ -221,6 +221,10 @@ func TestWebhookEndToEnd(t *testing.T) {
 	if rot.Secret == "" || rot.Secret == e.Secret || rot2.Secret != rot.Secret {
 		t.Fatalf("rotation answered %q then %q (old %q): want one new secret, replayed", rot.Secret, rot2.Secret, e.Secret)
 	}
+	// The dedup record holds no secret (docs/security.md): only its fingerprint.
+	if n := s.Count(t, "idempotency_records", "response_body LIKE ?", "%"+rot.Secret+"%"); n != 0 {
+		t.Errorf("%d dedup records hold the rotated secret", n)
+	}
 	apptest.Must(t, redeliver("rd-2"), http.StatusAccepted)
 	apptest.Eventually(t, 10*time.Second, "the redelivery after the rotation", func() (bool, string) {
 		n := len(rcv.ofType("order.paid"))
@@ -231,6 +235,12 @@ func TestWebhookEndToEnd(t *testing.T) {
 	if strings.Count(sig, "v1=") != 2 || !signedBy(sig, last.body, rot.Secret) || !signedBy(sig, last.body, e.Secret) {
 		t.Errorf("signature during the rotation %q: want two v1=, by the new and the old secret", sig)
 	}
+	// Rotated again under another key: a replay of the first rotation no longer shows a
+	// secret that does not sign.
+	apptest.Must(t, s.Do(http.MethodPost, "/v1/admin/webhook-endpoints/"+e.EndpointID+"/rotate-secret", apptest.AdminKey,
+		nil, apptest.IdemKey("rot-2")), http.StatusOK)
+	apptest.WantProblem(t, s.Do(http.MethodPost, "/v1/admin/webhook-endpoints/"+e.EndpointID+"/rotate-secret", apptest.AdminKey,
+		map[string]string{"grace": "1h"}, apptest.IdemKey("rot-1")), http.StatusConflict, "illegal_state")
 }
 
 // TestWebhookRefusals: a registration or change the contract refuses is 400 with its code

@@ -21,10 +21,9 @@ import (
 
 // reader replays the feed from a cursor, as a merchant's poller does.
 type reader struct {
-	feed   *webhook.Feed
-	cursor int64
-	next   string
-	seen   []string
+	feed *webhook.Feed
+	next string
+	seen []string
 }
 
 func (r *reader) poll(t *testing.T) {

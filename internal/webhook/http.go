@@ -2,6 +2,9 @@ package webhook
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"time"
@@ -192,7 +195,11 @@ type rotateRequest struct {
 }
 
 // rotate is POST /v1/admin/webhook-endpoints/{endpoint_id}/rotate-secret, through the guard:
-// a retry with the same key answers the same new secret and rotates once.
+// a retry with the same key answers the same new secret and rotates once. The secret itself is
+// never stored with the answer (the dedup record and the replay cache hold no credential,
+// docs/security.md): the stored answer names it by its SHA-256, and every answer — the first
+// and a replay — shows the endpoint's secret only while it still is that one. A replay after a
+// later rotation is 409 illegal_state: the secret it made no longer signs.
 func (h *Handler) rotate(w http.ResponseWriter, r *http.Request) {
 	key, body, err := adminKeyAndBody(r)
 	if err != nil {
@@ -209,15 +216,53 @@ func (h *Handler) rotate(w http.ResponseWriter, r *http.Request) {
 		idemhttp.Reject(w, r, err)
 		return
 	}
-	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
+	res, err := h.idem.Guard().Do(r.Context(), idemhttp.Request(r, key, body), func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
 		secret, err := h.endpoints.Rotate(ctx, tx, id, grace)
 		if err != nil {
 			return err
 		}
-		return record(idemhttp.JSON(http.StatusOK, map[string]any{
-			"secret": secret, "previous_secret_expires_at": time.Now().UTC().Add(grace).Format(time.RFC3339),
+		return record(idemhttp.JSON(http.StatusOK, rotated{
+			SecretSHA256: fingerprint(secret), PreviousExpiresAt: time.Now().UTC().Add(grace).Format(time.RFC3339),
 		}))
 	})
+	if err == nil && res.Response.Status == http.StatusOK {
+		res.Response.Body, err = h.reveal(r.Context(), id, res.Response.Body)
+	}
+	idemhttp.Write(w, r, res, err)
+}
+
+// rotated is the stored answer of a rotation: the new secret by its fingerprint only.
+type rotated struct {
+	SecretSHA256      string `json:"secret_sha256"`
+	PreviousExpiresAt string `json:"previous_secret_expires_at"`
+}
+
+// ErrRotationSuperseded answers a replayed rotation whose secret was rotated again since.
+var ErrRotationSuperseded = apperr.New(http.StatusConflict, "illegal_state",
+	"the secret this rotation made was rotated again since and no longer signs; rotate with a new Idempotency-Key")
+
+// reveal turns the stored answer of a rotation into the client's: the endpoint's secret, if
+// it still is the one the rotation made.
+func (h *Handler) reveal(ctx context.Context, id int64, stored []byte) ([]byte, error) {
+	var rot rotated
+	if err := json.Unmarshal(stored, &rot); err != nil {
+		return nil, err
+	}
+	e, err := h.endpoints.Get(ctx, h.db, id)
+	if err != nil {
+		return nil, err
+	}
+	if fingerprint(e.Secret) != rot.SecretSHA256 {
+		return nil, ErrRotationSuperseded
+	}
+	out, err := json.Marshal(map[string]string{"secret": e.Secret, "previous_secret_expires_at": rot.PreviousExpiresAt})
+	return append(out, '\n'), err
+}
+
+// fingerprint is the hex SHA-256 of a secret.
+func fingerprint(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
 }
 
 func (h *Handler) decodeRotate(body []byte) (time.Duration, error) {
