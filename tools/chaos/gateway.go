@@ -296,10 +296,12 @@ func annotateGateway(h *history, w *world) (map[string]gatewayLine, int, error) 
 }
 
 // checkGateway: the gateway passed every client request on under the client's own
-// X-Request-Id — each delivery of the history is in its access log under the id it was sent
-// with — so that a gateway retry reaches the instances as the same request, and the instance
-// that answers a retry can be told (I11). It counts the copies the gateway retried. Without a
-// gateway log (gatewayLog nil) it checks nothing.
+// X-Request-Id — each answered delivery of the history is in its access log under the id it
+// was sent with — so that a gateway retry reaches the instances as the same request, and the
+// instance that answers a retry can be told (I11). A delivery with no answer (the client gave
+// up, or was cancelled before it sent anything) is not checked: the gateway may never have
+// seen it. It counts the copies the gateway retried. Without a gateway log (gatewayLog nil) it
+// checks nothing.
 func (c *checker) checkGateway() {
 	if c.gatewayLog == nil {
 		return
@@ -307,7 +309,7 @@ func (c *checker) checkGateway() {
 	var vs []string
 	checked, retried := 0, 0
 	for _, e := range c.events {
-		if e.Kind != kindHTTP || e.ReqID == "" {
+		if e.Kind != kindHTTP || e.ReqID == "" || e.Status == 0 {
 			continue
 		}
 		checked++

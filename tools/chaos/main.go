@@ -344,7 +344,7 @@ func reconcileBills(ctx context.Context, w *world, wl *workload) (bills, error) 
 	}
 	for day := range days {
 		e := wl.deliver(ctx, 1, call{op: "settle_job", method: http.MethodPost, path: "/v1/admin/jobs/reconcile-bills/run",
-			bearer: w.adminKey, body: fmt.Appendf(nil, `{"date":%q}`, day)})
+			bearer: w.adminKey, body: fmt.Appendf(nil, `{"date":%q}`, day), direct: true})
 		if e.Status != http.StatusOK {
 			return b, fmt.Errorf("reconcile-bills %s: %d %s %s", day, e.Status, e.Resp, e.Err)
 		}

@@ -197,6 +197,11 @@ func (f *faulter) injectRedisCluster(ctx, heal context.Context, kind string) {
 		f.record(kind+"_promoted", fmt.Sprintf("%s promoted to master %s after the kill", replica.name, took.Round(time.Millisecond)), err)
 		sleepCtx(ctx, time.Duration(500+mrand.IntN(1500))*time.Millisecond)
 		err = m.start(heal) // ready once the cluster is ok and it is in sync as a replica
+		if err == nil {
+			if role, rerr := redisRole(heal, m); rerr != nil || role != "slave" {
+				err = fmt.Errorf("%s came back as %q (%v), not as a replica", m.name, role, rerr)
+			}
+		}
 		f.record(kind+"_healed", m.name+" restarted empty, rejoined as a replica of "+replica.name, err)
 	case faultFailoverForce:
 		replicas := f.w.redisNodes(heal, "slave")

@@ -70,6 +70,10 @@ type call struct {
 	idemKey       string // the Idempotency-Key header, if any
 	signed        bool   // X-Signature over the body (notifications)
 	body          []byte
+	// direct sends the call to the instance itself, not through the gateway: the run's own
+	// long admin calls (reconcile-bills over a whole day), which the gateway's short read
+	// timeout would cut off.
+	direct bool
 }
 
 // reportKind is the kind a report posted to path is signed for.
@@ -91,10 +95,11 @@ func (wl *workload) deliver(ctx context.Context, inst int, c call) *event {
 	e := &event{Kind: kindHTTP, Op: c.op, User: c.user, Key: c.key, Method: c.method, Path: c.path, Req: string(c.body),
 		ReqID: fmt.Sprintf("chaos-%d-%s", wl.deliveries.Add(1), randomHex(4))}
 	base := wl.w.insts[inst-1].base
-	if wl.w.gw != nil {
+	if wl.w.gw != nil && !c.direct {
 		base = wl.w.gw.base()
 	} else {
-		e.Inst = inst
+		// Past the gateway, the instance is known now, and no gateway log has the id.
+		e.Inst, e.ReqID = inst, ""
 	}
 	start := time.Now()
 	defer func() {
@@ -106,7 +111,9 @@ func (wl *workload) deliver(ctx context.Context, inst int, c call) *event {
 		e.Err = err.Error()
 		return e
 	}
-	req.Header.Set("X-Request-Id", e.ReqID)
+	if e.ReqID != "" {
+		req.Header.Set("X-Request-Id", e.ReqID)
+	}
 	if c.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+c.bearer)
 	}
