@@ -39,6 +39,8 @@ type env struct {
 
 	keys     atomic.Int64
 	cleanups []func()
+	// clusters counts the oncepay clusters started, to name each one's database.
+	clusters int
 	// binary is cmd/oncepay built for the variants that run it in processes of their own.
 	binary string
 }

@@ -23,10 +23,15 @@ const (
 // newGuard returns a guard on the bench database and Redis with cfg, under a Redis key
 // prefix of its own.
 func (e *env) newGuard(name string, cfg idempotent.Config) *idempotent.Guard {
+	return e.newGuardOn(e.db, name, cfg)
+}
+
+// newGuardOn is newGuard on another of the bench's databases.
+func (e *env) newGuardOn(db *gorm.DB, name string, cfg idempotent.Config) *idempotent.Guard {
 	cfg.KeyPrefix = e.prefix + name + ":"
 	cfg.Classify = classify
 	cfg.Reject = rejectOutOfStock
-	return idempotent.New(e.db, e.rdb, cfg)
+	return idempotent.New(db, e.rdb, cfg)
 }
 
 // classify tells the guard what a MySQL error means.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -106,6 +107,9 @@ type cluster struct {
 	// db is the cluster's database, for counting what it did.
 	db       *gorm.DB
 	adminKey string
+	// stop interrupts the processes, drops the database and deletes the Redis keys now
+	// rather than when the environment closes (a storm of every run starts its own cluster).
+	stop func()
 }
 
 // oncepayBinary builds cmd/oncepay once per bench process and returns its path.
@@ -132,13 +136,39 @@ func (e *env) oncepayBinary(ctx context.Context) (string, error) {
 // (oncepay_bench_<name>_<runID>), the bench's Redis under one prefix and an embedded Kafka
 // each, configured as in production — their background loops run, they log at info to a
 // file — one after the other, each once the one before is ready (the first migrates and seeds
-// the demo data), and raises serverSKU's stock. Everything is undone when the environment
-// closes.
-func (e *env) startCluster(ctx context.Context, name string, n int) (*cluster, error) {
+// the demo data), and raises serverSKU's stock. Everything is undone by the cluster's stop, or
+// when the environment closes. Every call has a database and a Redis prefix of its own
+// (oncepay_bench_<name><n>_<runID>), so each run's storm starts on an empty store.
+//
+// extra is more environment for every process, after the defaults, so that it overrides them
+// (os/exec keeps the last value of a duplicated variable).
+func (e *env) startCluster(ctx context.Context, name string, n int, extra ...string) (c *cluster, err error) {
 	bin, err := e.oncepayBinary(ctx)
 	if err != nil {
 		return nil, err
 	}
+	// The cluster's cleanups are collected apart from the environment's, run once by
+	// whichever comes first: the cluster's stop or the environment's close.
+	outer := e.cleanups
+	e.cleanups = nil
+	defer func() {
+		own := e.cleanups
+		e.cleanups = outer
+		var once sync.Once
+		stop := func() {
+			once.Do(func() {
+				for i := len(own) - 1; i >= 0; i-- {
+					own[i]()
+				}
+			})
+		}
+		e.defer1(stop)
+		if c != nil {
+			c.stop = stop
+		}
+	}()
+	e.clusters++
+	name = fmt.Sprintf("%s%d", name, e.clusters)
 	dir, err := os.MkdirTemp("", "oncepay-bench-"+name+"-")
 	if err != nil {
 		return nil, err
@@ -150,7 +180,7 @@ func (e *env) startCluster(ctx context.Context, name string, n int) (*cluster, e
 	}
 	prefix := e.prefix + "srv-" + name + ":"
 	e.defer1(func() { e.deleteRedisKeys(prefix + "*") })
-	c := &cluster{adminKey: "bench-admin-" + randomHex(8)}
+	c = &cluster{adminKey: "bench-admin-" + randomHex(8)}
 	secret := "bench-secret-" + randomHex(8)
 	for i := range n {
 		addr, err := freeAddr()
@@ -158,7 +188,7 @@ func (e *env) startCluster(ctx context.Context, name string, n int) (*cluster, e
 			return nil, err
 		}
 		url := "http://" + addr
-		pid, err := e.startInstance(ctx, bin, filepath.Join(dir, fmt.Sprintf("oncepay-%d", i+1)), url, []string{
+		pid, err := e.startInstance(ctx, bin, filepath.Join(dir, fmt.Sprintf("oncepay-%d", i+1)), url, append([]string{
 			"ONCEPAY_HTTP_ADDR=" + addr,
 			"ONCEPAY_NODE_ID=" + strconv.Itoa(i+1),
 			"ONCEPAY_MYSQL_DSN=" + dsn.FormatDSN(),
@@ -171,7 +201,7 @@ func (e *env) startCluster(ctx context.Context, name string, n int) (*cluster, e
 			"ONCEPAY_CHANNEL_SECRET=" + secret,
 			"ONCEPAY_ADMIN_KEY=" + c.adminKey,
 			"ONCEPAY_SEED_DEMO=" + strconv.FormatBool(i == 0),
-		})
+		}, extra...))
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -14,13 +15,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/channelsim"
+	"github.com/oncepay/oncepay/internal/platform/kafka"
 )
 
 // The soak (-soak D): one oncepay process under D of mixed load — new orders, replays of one
-// key, and payments (a trade opened, the buyer paying at the embedded channel, whose report
-// comes back over HTTP; every order's event goes out through the outbox to Kafka) — with its
-// resident memory sampled from /proc every 5 s. After a warm-up of a fifth of D (at least
-// a minute), the memory must stay flat: the last sample within 10 % of the warm-up's end.
+// key, and payments (a trade opened, the buyer paying at the channel, whose report comes back
+// over HTTP; every order's event goes out through the outbox to Kafka) — with its resident
+// memory sampled from /proc every 5 s. After a warm-up of a fifth of D (at least a minute),
+// the memory must stay flat: the last sample within 10 % of the warm-up's end.
+//
+// The channel simulator and the Kafka broker (kfake) run in the bench process, as a
+// deployment runs them outside oncepay: embedded, both keep every trade and every message in
+// memory by design, and the soak would measure their history instead of oncepay's.
 
 // soakSample is one reading of the process's memory.
 type soakSample struct {
@@ -32,7 +40,16 @@ type soakSample struct {
 
 // runSoak runs the soak and prints its samples and verdict.
 func runSoak(ctx context.Context, e *env, opts options, out io.Writer) error {
-	c, err := e.startCluster(ctx, "soak", 1)
+	outside, err := startOutside(ctx)
+	if err != nil {
+		return err
+	}
+	defer outside.close()
+	c, err := e.startCluster(ctx, "soak", 1,
+		"ONCEPAY_KAFKA_BROKERS="+outside.broker,
+		"ONCEPAY_CHANNELS="+channelsim.DefaultChannel,
+		"ONCEPAY_CHANNEL_URL="+outside.channelURL,
+		"ONCEPAY_CHANNEL_SECRET="+outside.secret)
 	if err != nil {
 		return err
 	}
@@ -196,4 +213,40 @@ func heapInUse(ctx context.Context, url string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no go_memstats_heap_inuse_bytes in /metrics")
+}
+
+// outside is what the soak runs beside oncepay instead of inside it: the channel simulator
+// and a Kafka broker.
+type outside struct {
+	broker, channelURL, secret string
+	close                      func()
+}
+
+// startOutside starts a kfake broker with the contract's topics and a channel simulator,
+// both on free ports of 127.0.0.1.
+func startOutside(ctx context.Context) (outside, error) {
+	k, err := kafka.Open(ctx, nil, kafka.EmbeddedOptions{Addr: "127.0.0.1:0"})
+	if err != nil {
+		return outside{}, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		k.Close()
+		return outside{}, err
+	}
+	o := outside{broker: strings.Join(k.Brokers, ","), channelURL: "http://" + ln.Addr().String(), secret: "bench-channel-" + randomHex(8)}
+	sim, err := channelsim.New(channelsim.Config{Secret: o.secret, PublicURL: o.channelURL, Schedule: []time.Duration{}})
+	if err != nil {
+		_ = ln.Close()
+		k.Close()
+		return outside{}, err
+	}
+	srv := &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	o.close = func() {
+		_ = srv.Close()
+		_ = sim.Close()
+		k.Close()
+	}
+	return o, nil
 }

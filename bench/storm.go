@@ -77,7 +77,7 @@ func startOncepayStorm(ctx context.Context, e *env) (stormSetup, error) {
 		err = db.Raw("SELECT available FROM inventory WHERE sku = ?", serverSKU).Scan(&stock).Error
 		return orders, stock, err
 	}
-	return stormSetup{urls: c.urls, ping: "/healthz", stop: func() {}, counts: counts, targets: func(key string) []target {
+	return stormSetup{urls: c.urls, ping: "/healthz", stop: c.stop, counts: counts, targets: func(key string) []target {
 		ts := make([]target, len(c.urls))
 		for i, url := range c.urls {
 			ts[i] = serverTarget(e, url)

@@ -70,6 +70,20 @@ func (e *environment) UnmarshalYAML(node *yaml.Node) error {
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(node.Content); i += 2 {
 			name, v := resolveAlias(node.Content[i]).Value, resolveAlias(node.Content[i+1])
+			if name == "<<" && v != nil && v.Kind == yaml.MappingNode {
+				// A YAML merge key (`<<: *shared`): the shared entries, which the entries
+				// written beside it override, whatever their order.
+				var merged environment
+				if err := merged.UnmarshalYAML(v); err != nil {
+					return err
+				}
+				for k, mv := range merged {
+					if _, own := out[k]; !own {
+						out[k] = mv
+					}
+				}
+				continue
+			}
 			if v == nil || v.Tag == "!!null" {
 				out[name] = envValue{}
 				continue
@@ -474,6 +488,12 @@ func TestComposeDecodesBothForms(t *testing.T) {
 			name:    "lists",
 			yaml:    "services:\n  app:\n    environment:\n      - A=1\n      - B=x=y\n      - C\n    depends_on: [db]\n",
 			env:     environment{"A": {"1", true}, "B": {"x=y", true}, "C": {}},
+			depends: dependsOn{"db": "service_started"},
+		},
+		{
+			name:    "merge keys",
+			yaml:    "x-app: &app\n  depends_on: [db]\nx-env: &env\n  A: \"1\"\n  B: \"2\"\nservices:\n  app:\n    <<: *app\n    environment:\n      B: \"3\"\n      <<: *env\n      C: \"4\"\n",
+			env:     environment{"A": {"1", true}, "B": {"3", true}, "C": {"4", true}},
 			depends: dependsOn{"db": "service_started"},
 		},
 	}

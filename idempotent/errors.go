@@ -30,6 +30,11 @@ var (
 	ErrTokenInvalid = &Error{Code: "idempotency_token_invalid", Detail: "the tok_ key is not a live token issued to this user; get one from the service's token endpoint"}
 	// ErrUnavailable: Redis is unreachable and the guard was told to reject without it.
 	ErrUnavailable = &Error{Code: "unavailable", Detail: "redis is unavailable; retry later"}
+	// ErrDatabaseBusy: the database kept aborting the attempt's transaction (deadlocks,
+	// Galera certification conflicts on a hot row) or refusing it (a node not ready) for
+	// Config.RetryFor, or a statement waited out the lock wait timeout; nothing was stored,
+	// retry later. Its code is ErrUnavailable's, so errors.Is matches either.
+	ErrDatabaseBusy = &Error{Code: "unavailable", Detail: "the database kept aborting this request's transaction (conflicting writes) or is not ready; nothing was stored; retry later with the same key"}
 )
 
 // ErrLockLost is the cause of a work context cancelled because the lease could not be

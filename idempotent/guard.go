@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -38,6 +39,15 @@ type Config struct {
 	// RejectWithoutRedis answers ErrUnavailable while Redis is unreachable instead of letting
 	// the Redis layers step aside.
 	RejectWithoutRedis bool
+
+	// RetryFor bounds how long the guard keeps running again a transaction the database
+	// aborted (ErrorAborted: a deadlock, a Galera certification conflict) or could not serve
+	// (ErrorUnavailable: a Galera node not ready), with a backoff that doubles from 10 ms to
+	// 250 ms and its jitter. Past it the attempt is answered ErrDatabaseBusy, a 503 to
+	// retry, with nothing stored. On a multi-master cluster a conflict on a hot row is
+	// routine, not a bug: four quick reruns within ~200 ms, as the guard once did, still
+	// lost to a busy row and answered 500. Default 3s.
+	RetryFor time.Duration
 
 	// Lab weakens or swaps parts of the guard for the bench that prices each layer and the
 	// training lab that reproduces the incidents they stop. A service leaves it zero.
@@ -85,8 +95,15 @@ const (
 	// nothing behind and may be run again.
 	ErrorAborted
 	// ErrorLockWait is a statement that waited out the lock wait timeout behind another
-	// transaction.
+	// transaction (on Galera also a causal read, wsrep_sync_wait, that timed out). The
+	// guard does not run it again (it would wait as long again): a record's insert that
+	// waited is a copy in progress (ErrKeyInUse), a work's statement ErrDatabaseBusy.
 	ErrorLockWait
+	// ErrorUnavailable is a database that refused the transaction for the moment, before
+	// anything of it was applied: a Galera node that is not part of the primary component
+	// or not yet synced (MariaDB's 1047, "WSREP has not yet prepared node for application
+	// use"). The guard runs it again, within Config.RetryFor, as it does an aborted one.
+	ErrorUnavailable
 )
 
 func (c Config) withDefaults() Config {
@@ -104,6 +121,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MessageTTL <= 0 {
 		c.MessageTTL = min(72*time.Hour, c.Retention)
+	}
+	if c.RetryFor <= 0 {
+		c.RetryFor = 3 * time.Second
 	}
 	if c.Classify == nil {
 		c.Classify = Classify
@@ -274,6 +294,9 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		}
 	}()
 
+	if l != nil && g.cfg.Lab.ForgetLease != nil && g.cfg.Lab.ForgetLease(workCtx, req.Key) {
+		_ = g.rdb.Del(ctx, g.leaseKey(req.Key)).Err() // the failover of I15, modelled
+	}
 	if g.cfg.Lab.BeforeWork != nil {
 		if err := g.cfg.Lab.BeforeWork(workCtx, req.Key); err != nil {
 			g.finish(ctx, req, l, Result{}, err, start, cerr == nil)
@@ -338,22 +361,49 @@ func (g *Guard) redisFailed(layer Layer, err error) error {
 // errNotStored rolls back a transaction whose outcome must not be stored (5xx, 401, …).
 var errNotStored = errors.New("outcome not storable")
 
-// runOnce runs the dedup transaction, again when the database aborted it (deadlock, lock
-// wait timeout in the work): an aborted transaction left nothing behind, so running it again
-// is safe.
+// runOnce runs the dedup transaction, again when the database aborted it (a deadlock, a
+// Galera certification conflict) or could not serve it (a Galera node not ready): such a
+// transaction left nothing behind, so running it again is safe — and were its commit in
+// truth applied, the rerun's record would meet the committed one as a duplicate and replay
+// it. The reruns back off, doubling from 10 ms to 250 ms with jitter, for Config.RetryFor at
+// most; a transaction still refused then, or one whose statement waited out the lock wait
+// timeout, is answered ErrDatabaseBusy (503 to retry), with nothing stored — never as an
+// unexpected error (500).
 func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, error) {
+	start := time.Now()
+	backoff := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		res, err := g.tryOnce(ctx, req, work)
-		if err == nil || g.cfg.Classify(err) != ErrorAborted || attempt == 4 {
+		if err == nil {
+			return res, nil
+		}
+		class := g.cfg.Classify(err)
+		switch {
+		case class == ErrorLockWait:
+			return g.busy(attempt, start, err)
+		case class != ErrorAborted && class != ErrorUnavailable:
 			return res, err
+		}
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		if time.Since(start)+sleep > g.cfg.RetryFor {
+			return g.busy(attempt, start, err)
 		}
 		g.metrics.retries.Inc()
 		select {
 		case <-ctx.Done():
-			return Result{}, ctx.Err()
-		case <-time.After(time.Duration(attempt*10+rand.IntN(20)) * time.Millisecond):
+			return Result{}, errors.Join(err, context.Cause(ctx))
+		case <-time.After(sleep):
 		}
+		backoff = min(2*backoff, 250*time.Millisecond)
 	}
+}
+
+// busy answers an attempt whose transaction the database kept refusing: ErrDatabaseBusy,
+// which carries the code unavailable, wrapping the database's last error for the log.
+func (g *Guard) busy(attempts int, start time.Time, err error) (Result, error) {
+	g.metrics.busy.Inc()
+	return Result{Outcome: Unavailable, Layer: LayerWork},
+		fmt.Errorf("%w (%d attempts in %s): %w", ErrDatabaseBusy, attempts, time.Since(start).Round(time.Millisecond), err)
 }
 
 // Errors of a work that did not keep Work's rules; each rolls the transaction back.

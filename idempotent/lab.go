@@ -34,6 +34,12 @@ type Lab struct {
 	// ONCEPAY_CHAOS_PAYMENT_DELAY: a slow upstream held under the lock (I4) without holding a
 	// database transaction open; the lab uses it to pause a lease holder (I10).
 	BeforeWork func(ctx context.Context, k Key) error
+	// ForgetLease, when set and true for an attempt that took the lease, deletes that lease
+	// from Redis right after it was taken, before BeforeWork: what a Redis failover does to a
+	// holder when the replica it promotes never saw the lease (I15). The holder goes on
+	// working, believing it holds the key, while another copy takes the lease again; the
+	// training lab uses it to show that the dedup record, not the lock, is the fence.
+	ForgetLease func(ctx context.Context, k Key) bool
 	// Unguarded switches the guard off altogether: Do runs Before, the work in a transaction
 	// of its own with a record that only keeps the answer, and After — no token, cache,
 	// lease, dedup record, attempt log or metrics, so a copy runs the work again. The bench

@@ -8,6 +8,7 @@ type metrics struct {
 	lockLost       prometheus.Counter
 	redisErrors    *prometheus.CounterVec
 	retries        prometheus.Counter
+	busy           prometheus.Counter
 	purged         prometheus.Counter
 }
 
@@ -31,7 +32,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"layer"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idempotency_tx_retries_total",
-			Help: "Dedup transactions run again after the database aborted them (deadlock, lock wait).",
+			Help: "Dedup transactions run again after the database aborted them (deadlock, certification conflict) or could not serve them (node not ready).",
+		}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idempotency_tx_busy_total",
+			Help: "Attempts answered unavailable because the database kept aborting or refusing their transaction past the retry budget, or a statement waited out the lock wait timeout.",
 		}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idempotency_purged_records_total",
@@ -39,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.lockExtensions, m.lockLost, m.redisErrors, m.retries, m.purged)
+		reg.MustRegister(m.outcomes, m.lockExtensions, m.lockLost, m.redisErrors, m.retries, m.busy, m.purged)
 	}
 	return m
 }

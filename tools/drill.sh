@@ -48,6 +48,12 @@ export ONCEPAY_CHANNEL_RETRIES="${ONCEPAY_CHANNEL_RETRIES:-1}"
 # close could show what happens without it.
 export ONCEPAY_RECONCILE_JOB_INTERVAL=1h
 export ONCEPAY_REFUND_JOB_INTERVAL=1h
+# I16: the receiver's lost 2xx is retried after the first pause of the webhook schedule — a
+# second instead of the production 10 s — and the webhook loop polls every 100 ms. I16 and I17
+# register the drill's receiver on loopback, which the embedded database's dev mode allows
+# (ONCEPAY_WEBHOOK_DEV).
+export ONCEPAY_WEBHOOK_SCHEDULE="${ONCEPAY_WEBHOOK_SCHEDULE:-1s,2s,5s}"
+export ONCEPAY_WEBHOOK_INTERVAL="${ONCEPAY_WEBHOOK_INTERVAL:-100ms}"
 
 ./bin/oncepay-lab >"$data/stdout.log" 2>"$log" &
 server=$!

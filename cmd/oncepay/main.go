@@ -68,7 +68,7 @@ func serve(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 }
 
 func migrate(ctx context.Context, cfg config.Config, stdout io.Writer) error {
-	db, err := database.Open(database.Options{MySQLDSN: cfg.MySQLDSN, SQLitePath: filepath.Join(cfg.DataDir, "oncepay.db")})
+	db, err := database.Open(database.Options{MySQLDSN: cfg.MySQLDSN, SQLitePath: filepath.Join(cfg.DataDir, "oncepay.db"), WsrepSyncWait: cfg.MySQLWsrepSyncWait})
 	if err != nil {
 		return err
 	}

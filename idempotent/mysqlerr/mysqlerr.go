@@ -4,7 +4,9 @@
 //	guard := idempotent.New(db, rdb, idempotent.Config{Classify: mysqlerr.Classify})
 //
 // Without it the guard still recognises its record's duplicate key (the default Classify);
-// with it, a deadlock and a lock wait timeout are run again or answered in progress.
+// with it, a deadlock, a Galera certification conflict and a Galera node that is not ready
+// are run again (and answered 503 when they last), and a lock wait timeout is answered in
+// progress or 503. It holds for a single server and for a MariaDB Galera cluster alike.
 package mysqlerr
 
 import (
@@ -20,14 +22,30 @@ const (
 	// DupEntry is ER_DUP_ENTRY: a unique index refused the row.
 	DupEntry = 1062
 	// LockDeadlock is ER_LOCK_DEADLOCK: InnoDB rolled the transaction back to break a
-	// deadlock (also a Galera certification conflict).
+	// deadlock; on Galera also a certification conflict at COMMIT ("Deadlock: wsrep aborted
+	// transaction") and a local transaction aborted by a replicated one (a brute-force abort).
 	LockDeadlock = 1213
 	// LockWaitTimeout is ER_LOCK_WAIT_TIMEOUT: a statement waited innodb_lock_wait_timeout
-	// for a row another transaction holds.
+	// for a row another transaction holds; on Galera also a causal read (wsrep_sync_wait)
+	// that timed out.
 	LockWaitTimeout = 1205
+	// ErrorDuringCommit is ER_ERROR_DURING_COMMIT: on Galera, a node that lost the primary
+	// component while it committed ("Got error 6 … during COMMIT"); the transaction was
+	// rolled back on this node. Running it again is safe even were it applied elsewhere: the
+	// rerun's dedup record meets the committed one.
+	ErrorDuringCommit = 1180
+	// UnknownComError is ER_UNKNOWN_COM_ERROR, which Galera sends as "WSREP has not yet
+	// prepared node for application use": the node is not synced with the primary component
+	// (it is joining, donating a snapshot, or partitioned away) and ran nothing.
+	UnknownComError = 1047
 )
 
-// Classify is idempotent.Config's Classify for MySQL and MariaDB.
+// sqlStateSerialization is SQLSTATE 40001, serialization failure: every MariaDB error that
+// says "roll back and run the transaction again" carries it (Galera's "WSREP replication
+// failed … retry the query" among them), whatever its number.
+const sqlStateSerialization = "40001"
+
+// Classify is idempotent.Config's Classify for MySQL and MariaDB, a Galera cluster included.
 func Classify(err error) idempotent.ErrorClass {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) {
@@ -36,10 +54,15 @@ func Classify(err error) idempotent.ErrorClass {
 	switch me.Number {
 	case DupEntry:
 		return idempotent.ErrorDuplicateKey
-	case LockDeadlock:
+	case LockDeadlock, ErrorDuringCommit:
 		return idempotent.ErrorAborted
 	case LockWaitTimeout:
 		return idempotent.ErrorLockWait
+	case UnknownComError:
+		return idempotent.ErrorUnavailable
+	}
+	if string(me.SQLState[:]) == sqlStateSerialization {
+		return idempotent.ErrorAborted
 	}
 	return idempotent.ErrorOther
 }

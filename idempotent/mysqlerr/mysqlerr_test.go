@@ -22,6 +22,14 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("insert: %w", &mysql.MySQLError{Number: 1062}), idempotent.ErrorDuplicateKey},
 		{&mysql.MySQLError{Number: 1213}, idempotent.ErrorAborted},
 		{&mysql.MySQLError{Number: 1205}, idempotent.ErrorLockWait},
+		// Galera (issue 21): a certification conflict is 1213 ("Deadlock: wsrep aborted
+		// transaction"); a node that lost the primary component while committing, 1180; a
+		// node not synced, 1047; any serialization failure (SQLSTATE 40001) is run again.
+		{fmt.Errorf("commit: %w", &mysql.MySQLError{Number: 1213, SQLState: [5]byte{'4', '0', '0', '0', '1'}, Message: "Deadlock: wsrep aborted transaction"}), idempotent.ErrorAborted},
+		{&mysql.MySQLError{Number: 1180, Message: "Got error 6 \"No such device or address\" during COMMIT"}, idempotent.ErrorAborted},
+		{&mysql.MySQLError{Number: 1047, SQLState: [5]byte{'0', '8', 'S', '0', '1'}, Message: "WSREP has not yet prepared node for application use"}, idempotent.ErrorUnavailable},
+		{&mysql.MySQLError{Number: 9999, SQLState: [5]byte{'4', '0', '0', '0', '1'}}, idempotent.ErrorAborted},
+		{&mysql.MySQLError{Number: 1064, SQLState: [5]byte{'4', '2', '0', '0', '0'}}, idempotent.ErrorOther},
 		{&mysql.MySQLError{Number: 1064}, idempotent.ErrorOther},
 		{fmt.Errorf("%w: %w", gorm.ErrDuplicatedKey, errors.New("x")), idempotent.ErrorDuplicateKey},
 		{errors.New("Error 1062 (23000): Duplicate entry"), idempotent.ErrorOther},

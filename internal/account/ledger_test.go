@@ -10,6 +10,7 @@ import (
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/testsupport/testenv"
@@ -61,7 +62,7 @@ func TestNotifyRollsBackWithTheCallersTransaction(t *testing.T) {
 	ctx := context.Background()
 	gen := apptest.IDs(t)
 	userID, _ := apptest.NewUser(t, db, "rollback")
-	recharges := account.NewRecharges(db, gen, account.NewLedger(db, gen), anomaly.NewRecorder(db, gen))
+	recharges := account.NewRecharges(db, gen, account.NewLedger(db, gen), anomaly.NewRecorder(db, gen), outbox.NewWriter(gen))
 	var rc account.Recharge
 	err := db.Transaction(func(tx *gorm.DB) (err error) {
 		rc, err = recharges.Create(ctx, tx, userID, 900)
@@ -119,7 +120,7 @@ func TestApplyOutcomes(t *testing.T) {
 	ctx := context.Background()
 	gen := apptest.IDs(t)
 	userID, _ := apptest.NewUser(t, db, "outcomes")
-	recharges := account.NewRecharges(db, gen, account.NewLedger(db, gen), anomaly.NewRecorder(db, gen))
+	recharges := account.NewRecharges(db, gen, account.NewLedger(db, gen), anomaly.NewRecorder(db, gen), outbox.NewWriter(gen))
 	var rc account.Recharge
 	must(t, db.Transaction(func(tx *gorm.DB) (err error) {
 		rc, err = recharges.Create(ctx, tx, userID, 1200)

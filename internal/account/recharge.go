@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -79,13 +80,14 @@ type Recharges struct {
 	db        *gorm.DB
 	ids       *ids.Generator
 	ledger    *Ledger
+	events    *outbox.Writer
 	anomalies *anomaly.Recorder
 }
 
 // NewRecharges returns the recharge service on db; credits go through ledger and payments
 // that cannot be applied are kept by anomalies.
-func NewRecharges(db *gorm.DB, gen *ids.Generator, ledger *Ledger, anomalies *anomaly.Recorder) *Recharges {
-	return &Recharges{db: db, ids: gen, ledger: ledger, anomalies: anomalies}
+func NewRecharges(db *gorm.DB, gen *ids.Generator, ledger *Ledger, anomalies *anomaly.Recorder, events *outbox.Writer) *Recharges {
+	return &Recharges{db: db, ids: gen, ledger: ledger, anomalies: anomalies, events: events}
 }
 
 // Ledger is the ledger the recharges credit.
@@ -157,9 +159,13 @@ func (s *Recharges) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (no
 			slog.ErrorContext(ctx, "recharge: the ledger's unique key caught a second credit (I2)",
 				"recharge_id", r.OutNo, "channel", r.Channel, "trade_no", r.Number, "err", err)
 		}
-		return notify.Applied, err
+		if err != nil {
+			return 0, err
+		}
+		// 3. The merchant's recharge.succeeded, in the same transaction as the credit (I17).
+		return notify.Applied, s.events.Announce(ctx, tx, outbox.RechargeSucceeded, rechargeView(rc))
 	}
-	// 3. No row matched: the recharge is for another amount, or has moved on.
+	// No row matched: the recharge is for another amount, or has moved on.
 	return s.refuse(ctx, tx, rc, r)
 }
 

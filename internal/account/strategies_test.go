@@ -28,6 +28,7 @@ import (
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
@@ -254,7 +255,7 @@ var strategies = []strategy{
 		gen, _ := ids.New(int64(10 + i))
 		pool := se.pools[i]
 		anomalies := anomaly.NewRecorder(pool, gen)
-		recharges := account.NewRecharges(pool, gen, account.NewLedger(pool, gen), anomalies)
+		recharges := account.NewRecharges(pool, gen, account.NewLedger(pool, gen), anomalies, outbox.NewWriter(gen))
 		guard := idempotent.New(pool, rdb, idempotent.Config{Classify: idemhttp.Classify(pool), NewID: gen.Next})
 		port := notify.New(notify.Config{Guard: guard, DB: pool, Anomalies: anomalies, Secrets: map[string]string{"bench": "bench-secret"}},
 			map[notify.Kind]notify.Applier{notify.Recharge: recharges})

@@ -39,6 +39,10 @@ const (
 	// (FAILED, then SUCCESS): the refund keeps its first end, and the channel's last word is
 	// kept on the refund and here, for an operator.
 	RefundStatusConflict = "refund_status_conflict"
+	// WebhookFailing is a webhook delivery that used up its whole retry schedule without a
+	// 2xx: its endpoint is marked failing, and an operator redelivers once the receiver is
+	// mended. Its channel is "webhook" and its number "<endpoint_id>/<event_id>".
+	WebhookFailing = "webhook_failing"
 )
 
 // Resolution says what happens about an anomaly's money (docs/contract.md).

@@ -40,6 +40,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
 	"github.com/oncepay/oncepay/internal/refund"
+	"github.com/oncepay/oncepay/internal/webhook"
 )
 
 // Runner is a background loop (consumer, outbox relay, scheduled job) that runs until its
@@ -76,6 +77,8 @@ type App struct {
 	trades    *payment.Trades
 	refunds   *refund.Service
 	bills     *jobs.Bills
+	endpoints *webhook.Endpoints
+	feed      *webhook.Feed
 	handler   http.Handler
 	checks    []readyCheck
 	runners   []Runner
@@ -120,8 +123,9 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.DB = deps.DB
 	if a.DB == nil {
 		a.DB, err = database.Open(database.Options{
-			MySQLDSN:   cfg.MySQLDSN,
-			SQLitePath: filepath.Join(cfg.DataDir, "oncepay.db"),
+			MySQLDSN:      cfg.MySQLDSN,
+			SQLitePath:    filepath.Join(cfg.DataDir, "oncepay.db"),
+			WsrepSyncWait: cfg.MySQLWsrepSyncWait,
 		})
 		if err != nil {
 			return nil, err
@@ -180,8 +184,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.users = account.NewUsers(a.DB, a.IDs)
 	a.anomalies = anomaly.NewRecorder(a.DB, a.IDs)
 	a.inventory = inventory.NewStore(a.DB)
-	a.recharges = account.NewRecharges(a.DB, a.IDs, account.NewLedger(a.DB, a.IDs), a.anomalies)
+	// One writer of events: order.events messages for Kafka and the merchant's events for
+	// webhooks and the events API, each in the transaction of its change (I17).
 	events := outbox.NewWriter(a.IDs)
+	a.recharges = account.NewRecharges(a.DB, a.IDs, account.NewLedger(a.DB, a.IDs), a.anomalies, events)
 	a.orders = order.NewService(a.DB, a.IDs, inventory.NewMovements(a.IDs), events, cfg.OrderTTL)
 	a.payments = payment.NewService(a.IDs, a.orders, a.anomalies)
 
@@ -198,7 +204,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	}, map[notify.Kind]notify.Applier{
 		notify.Trade:    a.payments,
 		notify.Recharge: a.recharges,
-		notify.Refund:   refund.NewReports(a.orders, a.anomalies),
+		notify.Refund:   refund.NewReports(a.orders, a.anomalies, events),
 	})
 
 	// The payment channels (outbound): each configured channel's client, whose timeouts are
@@ -226,7 +232,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	}
 	client := clients[cfg.ChannelName]
 	a.trades = payment.NewTrades(a.DB, a.orders, client, cfg.ChannelName, cfg.PublicURL+notify.Routes[notify.Trade], a.Reports.Settle)
-	a.refunds = refund.NewService(a.DB, a.IDs, a.orders, clients, cfg.PublicURL+notify.Routes[notify.Refund], a.Reports.Settle)
+	a.refunds = refund.NewService(a.DB, a.IDs, a.orders, clients, cfg.PublicURL+notify.Routes[notify.Refund], a.Reports.Settle, events)
 	a.bills = jobs.NewBills(a.DB, client, cfg.ChannelName, a.anomalies, a.trades)
 
 	// Background loops: the trade reports consumer (I1), the outbox relay, and the scheduled
@@ -243,6 +249,23 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		&jobs.Scheduled{Name: "purge-dedup-records", Interval: cfg.PurgeJobInterval, Guard: a.Guard, Job: jobs.PurgeDedupRecords(a.Guard, cfg.DedupRetention)},
 	)
 	a.consumersReady = payments.Ready
+
+	// Webhooks (docs/contract.md): every instance sequences committed events into the feed and
+	// sends the deliveries that are due, under a lease per delivery in the database, so that
+	// none is sent twice at once and a killed instance's deliveries are picked up by the
+	// others; the feed is purged past ONCEPAY_EVENT_RETENTION.
+	a.endpoints = webhook.NewEndpoints(a.DB, a.IDs)
+	a.feed = webhook.NewFeed(a.DB)
+	a.runners = append(a.runners,
+		&webhook.Loop{
+			Sequencer: webhook.NewSequencer(a.DB, a.IDs),
+			Sender:    webhook.NewSender(a.DB, a.IDs, a.anomalies, cfg.WebhookSchedule, cfg.WebhookTimeout),
+			Interval:  cfg.WebhookInterval,
+		},
+		&jobs.Scheduled{Name: "purge-events", Interval: cfg.PurgeJobInterval, Guard: a.Guard, Job: func(ctx context.Context) (int64, error) {
+			return a.feed.Purge(ctx, cfg.EventRetention)
+		}},
+	)
 
 	if cfg.SeedDemo {
 		if err = a.seedDemo(ctx); err != nil {

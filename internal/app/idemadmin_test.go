@@ -95,7 +95,12 @@ func TestIdempotencyPolicy(t *testing.T) {
 	for _, route := range app.KeyRequiredRoutes {
 		method, path, _ := strings.Cut(route, " ")
 		path = strings.ReplaceAll(path, "{order_id}", "1861234567890123456")
-		apptest.WantProblem(t, s.Do(method, path, apptest.AliceKey, `{}`, nil), http.StatusBadRequest, "idempotency_key_missing")
+		path = strings.ReplaceAll(path, "{endpoint_id}", "1861234567890123457")
+		who := apptest.AliceKey
+		if strings.HasPrefix(path, "/v1/admin/") {
+			who = apptest.AdminKey
+		}
+		apptest.WantProblem(t, s.Do(method, path, who, `{}`, nil), http.StatusBadRequest, "idempotency_key_missing")
 	}
 }
 

@@ -246,6 +246,8 @@ func TestSpecOperations(t *testing.T) {
 	idempotencyKeyRequired := map[string]bool{
 		"POST /v1/orders": true, "POST /v1/orders/{order_id}/cancel": true, "POST /v1/recharges": true,
 		"POST /v1/orders/{order_id}/payments": true, "POST /v1/orders/{order_id}/refunds": true,
+		"POST /v1/admin/webhook-endpoints/{endpoint_id}/rotate-secret": true,
+		"POST /v1/admin/webhook-endpoints/{endpoint_id}/redeliver":     true,
 	}
 	for path, item := range s.Paths {
 		for method, op := range item {

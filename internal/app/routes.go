@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/platform/web"
 	"github.com/oncepay/oncepay/internal/refund"
+	"github.com/oncepay/oncepay/internal/webhook"
 )
 
 // routes is oncepay's URL map, in one place. Every write route states how it is idempotent:
@@ -42,6 +43,7 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention, jobs.Channel{Trades: a.trades, Refunds: a.refunds, Bills: a.bills})
 	accounts := account.NewHandler(a.recharges, a.users, a.idem)
 	idemAdmin := idemadmin.New(a.Guard, KeyRequiredRoutes, a.Registry)
+	hooks := webhook.NewHandler(a.DB, a.IDs, a.endpoints, a.idem, webhook.URLPolicy{Dev: a.Config.WebhookDev}, a.Config.WebhookRotationGrace)
 	r.Route("/v1", func(r chi.Router) {
 		// Reading stock is public and naturally idempotent.
 		r.Mount("/inventory", inv.Routes())
@@ -83,6 +85,10 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 			r.Delete("/idempotency-records", idemAdmin.Evict)
 			// Jobs on demand: safe at any time, their changes carry state preconditions.
 			r.Mount("/jobs", jobRuns.AdminRoutes())
+			// Webhooks: the merchant's endpoints, their delivery log and redelivery (rotating
+			// a secret and redelivering need an Idempotency-Key), and the events feed.
+			r.Mount("/webhook-endpoints", hooks.Routes())
+			r.Get("/events", a.feed.ListHandler)
 		})
 	})
 	// Routes of another build beside the API — the training kit's lab replicas
@@ -113,6 +119,8 @@ var KeyRequiredRoutes = []string{
 	"POST /v1/orders/{order_id}/payments",
 	"POST /v1/orders/{order_id}/refunds",
 	"POST /v1/recharges",
+	"POST /v1/admin/webhook-endpoints/{endpoint_id}/rotate-secret",
+	"POST /v1/admin/webhook-endpoints/{endpoint_id}/redeliver",
 }
 
 // idempotentRoute reports whether r is addressed to one of the writes with idempotency (an
@@ -126,6 +134,8 @@ func idempotentRoute(r *http.Request) bool {
 		return true
 	default:
 		return strings.HasPrefix(p, "/v1/orders/") &&
-			(strings.HasSuffix(p, "/cancel") || strings.HasSuffix(p, "/payments") || strings.HasSuffix(p, "/refunds"))
+			(strings.HasSuffix(p, "/cancel") || strings.HasSuffix(p, "/payments") || strings.HasSuffix(p, "/refunds")) ||
+			strings.HasPrefix(p, "/v1/admin/webhook-endpoints/") &&
+				(strings.HasSuffix(p, "/rotate-secret") || strings.HasSuffix(p, "/redeliver"))
 	}
 }

@@ -53,6 +53,14 @@ type Config struct {
 	HTTPAddr string `env:"ONCEPAY_HTTP_ADDR"`
 	// MySQLDSN is a go-sql-driver DSN; empty means the embedded SQLite file in DataDir.
 	MySQLDSN string `env:"ONCEPAY_MYSQL_DSN"`
+	// MySQLWsrepSyncWait is the wsrep_sync_wait bitmask every connection sets when the server
+	// is a MariaDB Galera node (wsrep_on): 1 makes BEGIN and every read wait until the node
+	// has applied what the cluster committed before it, so that a payment report reaching
+	// one node right after its order committed on another finds the order. 0 leaves the
+	// server's setting (MariaDB's default 0: a node may answer from before the latest
+	// commit). Ignored on a server that is not a Galera node, and when the DSN sets
+	// wsrep_sync_wait itself.
+	MySQLWsrepSyncWait int `env:"ONCEPAY_MYSQL_WSREP_SYNC_WAIT" envDefault:"1" envHint:"use a wsrep_sync_wait bitmask in 0..15: 1 waits before reads and BEGIN, 0 leaves the server's setting"`
 	// DataDir is where embedded state (the SQLite file) lives.
 	DataDir string `env:"ONCEPAY_DATA_DIR" envDefault:"./data"`
 	// RedisAddrs are the host:port addresses of ONCEPAY_REDIS_ADDR, a comma list: one is a
@@ -138,6 +146,23 @@ type Config struct {
 	// RefundJobInterval is how often resume-refunds finishes refunds left PENDING or
 	// SUBMITTED and refunds the anomalies that call for it (I8).
 	RefundJobInterval time.Duration `env:"ONCEPAY_REFUND_JOB_INTERVAL" envDefault:"1m"`
+	// WebhookSchedule is the webhook retry schedule after the first attempt, each pause
+	// jittered; after its last attempt a delivery fails and its endpoint is marked failing.
+	WebhookSchedule []time.Duration `env:"ONCEPAY_WEBHOOK_SCHEDULE" envDefault:"10s,1m,5m,30m,2h,6h,12h,24h,48h,72h"`
+	// WebhookTimeout bounds each webhook attempt: an answer later than this is a failure.
+	WebhookTimeout time.Duration `env:"ONCEPAY_WEBHOOK_TIMEOUT" envDefault:"10s"`
+	// WebhookInterval is how often each instance looks for events to sequence and deliveries
+	// that are due.
+	WebhookInterval time.Duration `env:"ONCEPAY_WEBHOOK_INTERVAL" envDefault:"500ms"`
+	// WebhookRotationGrace is how long a rotated-out secret keeps signing beside the new one,
+	// unless the rotation names its own grace.
+	WebhookRotationGrace time.Duration `env:"ONCEPAY_WEBHOOK_ROTATION_GRACE" envDefault:"24h"`
+	// WebhookDev allows http:// and loopback webhook URLs, for a receiver on the developer's
+	// machine. Default: true with the embedded DB, else false (https, no loopback).
+	WebhookDev bool `env:"ONCEPAY_WEBHOOK_DEV"`
+	// EventRetention is how long events, deliveries and their attempts are kept
+	// (GET /v1/admin/events); the purge-events job deletes older ones.
+	EventRetention time.Duration `env:"ONCEPAY_EVENT_RETENTION" envDefault:"720h"`
 }
 
 // Channel is one payment channel of ONCEPAY_CHANNELS.
@@ -239,6 +264,9 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	if _, set := vars["ONCEPAY_SEED_DEMO"]; !set {
 		c.SeedDemo = c.EmbeddedDB()
 	}
+	if _, set := vars["ONCEPAY_WEBHOOK_DEV"]; !set {
+		c.WebhookDev = c.EmbeddedDB()
+	}
 	// While either secret is its public dev-* default, the server listens on loopback only:
 	// anyone who can reach it could sign reports or use the admin routes.
 	if c.HTTPAddr == "" {
@@ -330,6 +358,9 @@ func explain(err error, vars map[string]string) []error {
 // validate checks the relations between settings once each has parsed.
 func (c Config) validate() []error {
 	var errs []error
+	if c.MySQLWsrepSyncWait < 0 || c.MySQLWsrepSyncWait > 15 {
+		errs = append(errs, fmt.Errorf("ONCEPAY_MYSQL_WSREP_SYNC_WAIT=%d is out of range: use a wsrep_sync_wait bitmask in 0..15 (default 1: causal reads on a Galera node)", c.MySQLWsrepSyncWait))
+	}
 	if c.NodeID < 0 || c.NodeID > 1023 {
 		errs = append(errs, fmt.Errorf("ONCEPAY_NODE_ID=%d is out of range: use 0..1023, distinct per instance", c.NodeID))
 	}
@@ -353,6 +384,16 @@ func (c Config) validate() []error {
 	}
 	if c.OrderTTL <= 0 {
 		errs = append(errs, fmt.Errorf("ONCEPAY_ORDER_TTL=%s must be positive (default 15m)", c.OrderTTL))
+	}
+	for _, d := range c.WebhookSchedule {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("ONCEPAY_WEBHOOK_SCHEDULE has %s: every pause must be positive, such as 10s,1m,5m", d))
+			break
+		}
+	}
+	if c.WebhookTimeout <= 0 || c.WebhookInterval <= 0 || c.EventRetention <= 0 || c.WebhookRotationGrace < 0 {
+		errs = append(errs, fmt.Errorf("ONCEPAY_WEBHOOK_TIMEOUT=%s, ONCEPAY_WEBHOOK_INTERVAL=%s and ONCEPAY_EVENT_RETENTION=%s must be positive, ONCEPAY_WEBHOOK_ROTATION_GRACE=%s not negative",
+			c.WebhookTimeout, c.WebhookInterval, c.EventRetention, c.WebhookRotationGrace))
 	}
 	// I6: rows purged before the last redelivery let a late copy through the dedup table.
 	if c.DedupRetention < c.MaxRedeliveryWindow {
@@ -420,6 +461,7 @@ func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("mysql_dsn", maskDSN(c.MySQLDSN)),
+		slog.Int("mysql_wsrep_sync_wait", c.MySQLWsrepSyncWait),
 		slog.String("data_dir", c.DataDir),
 		slog.String("redis_addr", orEmbedded(strings.Join(c.RedisAddrs, ","), c.EmbeddedRedisAddr)),
 		slog.Int("redis_db", c.RedisDB),
@@ -448,6 +490,12 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("channel_retries", c.ChannelRetries),
 		slog.String("reconcile_job_interval", c.ReconcileJobInterval.String()),
 		slog.String("refund_job_interval", c.RefundJobInterval.String()),
+		slog.Any("webhook_schedule", c.WebhookSchedule),
+		slog.String("webhook_timeout", c.WebhookTimeout.String()),
+		slog.String("webhook_interval", c.WebhookInterval.String()),
+		slog.String("webhook_rotation_grace", c.WebhookRotationGrace.String()),
+		slog.Bool("webhook_dev", c.WebhookDev),
+		slog.String("event_retention", c.EventRetention.String()),
 	)
 }
 

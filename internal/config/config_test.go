@@ -41,6 +41,7 @@ func defaults() config.Config {
 	return config.Config{
 		HTTPAddr:            "127.0.0.1:8080",
 		MySQLDSN:            "",
+		MySQLWsrepSyncWait:  1,
 		DataDir:             "./data",
 		RedisAddrs:          nil,
 		EmbeddedRedisAddr:   "127.0.0.1:16379",
@@ -76,6 +77,13 @@ func defaults() config.Config {
 		ChannelRetries:       3,
 		ReconcileJobInterval: time.Minute,
 		RefundJobInterval:    time.Minute,
+		WebhookSchedule: []time.Duration{10 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute,
+			2 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour, 48 * time.Hour, 72 * time.Hour},
+		WebhookTimeout:       10 * time.Second,
+		WebhookInterval:      500 * time.Millisecond,
+		WebhookRotationGrace: 24 * time.Hour,
+		WebhookDev:           true,
+		EventRetention:       720 * time.Hour,
 	}
 }
 
@@ -83,6 +91,7 @@ func defaults() config.Config {
 var everyVariable = map[string]string{
 	"ONCEPAY_HTTP_ADDR":              "127.0.0.1:9090",
 	"ONCEPAY_MYSQL_DSN":              "app:pw@tcp(db:3306)/oncepay?parseTime=true",
+	"ONCEPAY_MYSQL_WSREP_SYNC_WAIT":  "3",
 	"ONCEPAY_DATA_DIR":               "/var/lib/oncepay",
 	"ONCEPAY_REDIS_ADDR":             "redis:6379",
 	"ONCEPAY_EMBEDDED_REDIS_ADDR":    "127.0.0.1:26379",
@@ -116,12 +125,19 @@ var everyVariable = map[string]string{
 	"ONCEPAY_CHANNEL_RETRIES":        "5",
 	"ONCEPAY_RECONCILE_JOB_INTERVAL": "2m",
 	"ONCEPAY_REFUND_JOB_INTERVAL":    "3m",
+	"ONCEPAY_WEBHOOK_SCHEDULE":       "1s,7s",
+	"ONCEPAY_WEBHOOK_TIMEOUT":        "4s",
+	"ONCEPAY_WEBHOOK_INTERVAL":       "250ms",
+	"ONCEPAY_WEBHOOK_ROTATION_GRACE": "2h",
+	"ONCEPAY_WEBHOOK_DEV":            "true",
+	"ONCEPAY_EVENT_RETENTION":        "100h",
 }
 
 // everyVariableParsed is what everyVariable must parse to.
 var everyVariableParsed = config.Config{
 	HTTPAddr:            "127.0.0.1:9090",
 	MySQLDSN:            "app:pw@tcp(db:3306)/oncepay?parseTime=true",
+	MySQLWsrepSyncWait:  3,
 	DataDir:             "/var/lib/oncepay",
 	RedisAddrs:          []string{"redis:6379"},
 	EmbeddedRedisAddr:   "127.0.0.1:26379",
@@ -156,6 +172,12 @@ var everyVariableParsed = config.Config{
 	ChannelRetries:       5,
 	ReconcileJobInterval: 2 * time.Minute,
 	RefundJobInterval:    3 * time.Minute,
+	WebhookSchedule:      []time.Duration{time.Second, 7 * time.Second},
+	WebhookTimeout:       4 * time.Second,
+	WebhookInterval:      250 * time.Millisecond,
+	WebhookRotationGrace: 2 * time.Hour,
+	WebhookDev:           true,
+	EventRetention:       100 * time.Hour,
 }
 
 // TestLoadFromValid covers configurations that must load, and what they load to.
@@ -173,13 +195,13 @@ func TestLoadFromValid(t *testing.T) {
 		},
 		{name: "every variable parsed", vars: everyVariable, want: everyVariableParsed},
 		{
-			name: "seed defaults to false with a MySQL DSN",
+			name: "seed and webhook dev mode default to false with a MySQL DSN",
 			vars: with(realSecrets, map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db:3306)/x", "ONCEPAY_CHANNEL_URL": "embedded"}),
 			want: func() config.Config {
 				c := defaults()
 				c.MySQLDSN = "u:p@tcp(db:3306)/x"
 				c.ChannelSecret, c.AdminKey = realSecrets["ONCEPAY_CHANNEL_SECRET"], realSecrets["ONCEPAY_ADMIN_KEY"]
-				c.SeedDemo = false
+				c.SeedDemo, c.WebhookDev = false, false
 				c.ChannelURL = "embedded"
 				c.HTTPAddr, c.PublicURL = ":8080", "http://localhost:8080"
 				for i := range c.Channels {
@@ -396,6 +418,11 @@ func TestLoadFromInvalid(t *testing.T) {
 			name:  "one dev secret left with a MySQL DSN",
 			vars:  map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db)/x", "ONCEPAY_ADMIN_KEY": "real-admin-key", "ONCEPAY_CHANNEL_URL": "embedded"},
 			lines: [][]string{{"ONCEPAY_CHANNEL_SECRET", "dev-*"}},
+		},
+		{
+			name:  "wsrep_sync_wait above its bitmask",
+			vars:  map[string]string{"ONCEPAY_MYSQL_WSREP_SYNC_WAIT": "16"},
+			lines: [][]string{{"ONCEPAY_MYSQL_WSREP_SYNC_WAIT=16", "0..15"}},
 		},
 		{
 			name:  "node id above range",

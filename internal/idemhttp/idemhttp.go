@@ -107,6 +107,19 @@ func UserKey(r *http.Request) (idempotent.Key, error) {
 	return k, nil
 }
 
+// AdminKey reads the Idempotency-Key header of an admin request, scoped to the admin, whose
+// keys never collide with a user's.
+func AdminKey(r *http.Request) (idempotent.Key, error) {
+	k, err := httpkey.Key(r, "admin")
+	switch {
+	case errors.Is(err, httpkey.ErrKeyMissing):
+		return idempotent.Key{}, ErrKeyMissing
+	case err != nil:
+		return idempotent.Key{}, ErrKeyInvalid
+	}
+	return k, nil
+}
+
 // KeyAndBody reads what every client write starts with: the caller's Idempotency-Key
 // (UserKey) and the raw body, within the body limit. A handler refuses the request with
 // Reject when it fails: nothing is stored.

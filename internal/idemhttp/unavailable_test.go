@@ -2,11 +2,13 @@ package idemhttp_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
@@ -92,5 +94,58 @@ func TestLockLostIsUnavailable(t *testing.T) {
 	}
 	if body := rec.Body.String(); !strings.Contains(body, `"code":"unavailable"`) {
 		t.Errorf("lock lost: body %s, want code unavailable", body)
+	}
+}
+
+// TestConflictsAreUnavailable runs, through the guard wired as oncepay wires it, a write whose
+// transaction the database aborts every time (error 1213: a deadlock, or on Galera a
+// certification conflict on a hot row): the guard runs it again within its retry budget, then
+// the answer is 503 unavailable with Retry-After and Idempotency-Outcome unavailable — never
+// 500 internal — and the key's outcome is not stored, so that once the conflicts end the same
+// key executes (issue 21).
+func TestConflictsAreUnavailable(t *testing.T) {
+	db := testenv.DB(t)
+	guard := idempotent.New(db, testenv.Redis(t).Client, idempotent.Config{
+		Classify: idemhttp.Classify(db),
+		Reject:   idemhttp.StoredProblem,
+		RetryFor: 300 * time.Millisecond,
+	})
+	adapter := idemhttp.New(guard)
+	key := idempotent.Key{Scope: "user:7", BizType: idemhttp.BizType, BizKey: "conflict-" + t.Name()}
+	body := []byte(`{"name":"x"}`)
+	post := func(work idempotent.Work) *http.Response {
+		r := httptest.NewRequest(http.MethodPost, "/v1/things", strings.NewReader(string(body)))
+		r = r.WithContext(web.WithUser(r.Context(), 7))
+		rec := httptest.NewRecorder()
+		_, _ = adapter.Do(rec, r, key, body, work)
+		return rec.Result()
+	}
+
+	runs := 0
+	conflict := &gomysql.MySQLError{Number: 1213, SQLState: [5]byte{'4', '0', '0', '0', '1'}, Message: "Deadlock: wsrep aborted transaction"}
+	res := post(idempotent.Respond(func(context.Context, *gorm.DB) (idempotent.Response, error) {
+		runs++
+		return idempotent.Response{}, fmt.Errorf("update stock: %w", conflict)
+	}))
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("conflicts that last: %d Retry-After %q after %d runs, want 503 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"), runs)
+	}
+	var p web.Problem
+	if err := json.NewDecoder(res.Body).Decode(&p); err != nil || p.Code != "unavailable" || strings.Contains(p.Detail, "Deadlock") {
+		t.Errorf("problem %+v (%v), want code unavailable naming no driver error", p, err)
+	}
+	if testenv.UsingMySQL() {
+		if got := res.Header.Get(idemhttp.HeaderOutcome); got != string(idempotent.Unavailable) || runs < 5 {
+			t.Errorf("Idempotency-Outcome %q after %d runs, want %q after more than 4", got, runs, idempotent.Unavailable)
+		}
+	}
+	if _, found, err := guard.Lookup(context.Background(), key); err != nil || found {
+		t.Fatalf("after the 503 the key's record: found=%v err=%v, want none", found, err)
+	}
+	back := post(idempotent.Respond(func(context.Context, *gorm.DB) (idempotent.Response, error) {
+		return idemhttp.JSON(http.StatusCreated, map[string]string{"name": "x"}), nil
+	}))
+	if back.StatusCode != http.StatusCreated || back.Header.Get(idemhttp.HeaderOutcome) != string(idempotent.Executed) {
+		t.Errorf("conflicts over: %d %s, want 201 executed", back.StatusCode, back.Header.Get(idemhttp.HeaderOutcome))
 	}
 }

@@ -125,14 +125,14 @@ func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines [
 	return o, nil
 }
 
-// insertNew writes o, its items, its order.created event and its stock movements in one round
-// trip.
+// insertNew writes o, its items, its order.created event (the order.events message and the
+// merchant's event, one id) and its stock movements in one round trip.
 func (s *Service) insertNew(ctx context.Context, tx *gorm.DB, o Order, lines []Line) error {
-	event, err := s.events.Event(ctx, kafka.TopicOrderEvents, ids.Format(o.ID), eventOf(o, "order.created"))
+	msg, ev, err := s.event(ctx, o, outbox.OrderCreated)
 	if err != nil {
 		return err
 	}
-	return database.Insert(ctx, tx, &o, &o.Items, event, s.stock.Rows(inventory.Reserve, o.ID, lines))
+	return database.Insert(ctx, tx, &o, &o.Items, msg, ev, s.stock.Rows(inventory.Reserve, o.ID, lines))
 }
 
 // Get returns order id if it belongs to userID; another user's order is ErrNotFound.
@@ -269,12 +269,29 @@ type Event struct {
 	OccurredAt string `json:"occurred_at"`
 }
 
-// emit writes an order event to the outbox, in tx, the transaction of the change.
+// emit writes an order event in tx, the transaction of the change: the order.events message
+// for the relay to Kafka and the merchant's event (webhooks and the events API, I17), under one
+// event id, in one round trip.
 func (s *Service) emit(ctx context.Context, tx *gorm.DB, o Order, typ string) error {
-	if err := s.events.Add(ctx, tx, kafka.TopicOrderEvents, ids.Format(o.ID), eventOf(o, typ)); err != nil {
+	msg, ev, err := s.event(ctx, o, typ)
+	if err == nil {
+		err = database.Insert(ctx, tx, msg, ev)
+	}
+	if err != nil {
 		return fmt.Errorf("outbox %s: %w", typ, err)
 	}
 	return nil
+}
+
+// event returns the two rows of o's event typ, not written: the order.events message and the
+// merchant's event, whose data is the order as it is now (ViewOf).
+func (s *Service) event(ctx context.Context, o Order, typ string) (*outbox.Message, *outbox.Event, error) {
+	msg, err := s.events.Event(ctx, kafka.TopicOrderEvents, ids.Format(o.ID), eventOf(o, typ))
+	if err != nil {
+		return nil, nil, err
+	}
+	ev, err := s.events.Notice(ctx, msg.ID, typ, ViewOf(o))
+	return msg, ev, err
 }
 
 // eventOf builds the order.events value of o for the outbox.

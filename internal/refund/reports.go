@@ -11,6 +11,7 @@ import (
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
@@ -18,11 +19,13 @@ import (
 type Reports struct {
 	orders    *order.Service
 	anomalies *anomaly.Recorder
+	events    *outbox.Writer
 }
 
-// NewReports returns the applier of refund reports.
-func NewReports(orders *order.Service, anomalies *anomaly.Recorder) *Reports {
-	return &Reports{orders: orders, anomalies: anomalies}
+// NewReports returns the applier of refund reports; events writes refund.succeeded and
+// refund.failed in the report's transaction.
+func NewReports(orders *order.Service, anomalies *anomaly.Recorder, events *outbox.Writer) *Reports {
+	return &Reports{orders: orders, anomalies: anomalies, events: events}
 }
 
 // Apply ends the refund r names, in tx (the guard's, whose dedup record on channel +
@@ -68,6 +71,9 @@ func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (noti
 		}
 	}
 	moved, err := transition(ctx, tx, rf.ID, to, map[string]any{"refund_no": r.Number, "channel_status": r.Status})
+	if err == nil && moved {
+		err = announce(ctx, tx, s.events, endedAs(rf, to, r))
+	}
 	switch {
 	case err != nil:
 		return 0, err
@@ -77,6 +83,23 @@ func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (noti
 		return notify.Applied, nil
 	}
 	return s.ended(ctx, tx, rf.ID, to, r)
+}
+
+// endedAs is rf as its move to `to` on report r left it.
+func endedAs(rf Refund, to Status, r notify.Report) Refund {
+	rf.Status, rf.RefundNo, rf.ChannelStatus = to, &r.Number, &r.Status
+	rf.UpdatedAt = time.Now().UTC()
+	return rf
+}
+
+// announce writes the event of rf's end — refund.succeeded or refund.failed, the refund as it
+// ended — in tx, the transaction of the move (I17).
+func announce(ctx context.Context, tx *gorm.DB, events *outbox.Writer, rf Refund) error {
+	typ := outbox.RefundFailed
+	if rf.Status == Succeeded {
+		typ = outbox.RefundSucceeded
+	}
+	return events.Announce(ctx, tx, typ, ViewOf(rf))
 }
 
 // ended answers a report about refund id, which had already ended: a duplicate when it ended

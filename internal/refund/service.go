@@ -14,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
@@ -27,14 +28,16 @@ type Service struct {
 	clients   map[string]*channel.Client
 	notifyURL string
 	settle    notify.SettleFunc
+	events    *outbox.Writer
 }
 
 // NewService returns the refund service: clients are the configured channels by name, each
 // refunding what it took; notifyURL is the refunds' notify_url (ONCEPAY_PUBLIC_URL +
 // /v1/refunds/notify); settle is the inbound port's Settle, which applies a refund the
-// channel answered SUCCESS exactly as its report would be.
-func NewService(db *gorm.DB, gen *ids.Generator, orders *order.Service, clients map[string]*channel.Client, notifyURL string, settle notify.SettleFunc) *Service {
-	return &Service{db: db, ids: gen, orders: orders, clients: clients, notifyURL: notifyURL, settle: settle}
+// channel answered SUCCESS exactly as its report would be; events writes refund.failed with a
+// refusal.
+func NewService(db *gorm.DB, gen *ids.Generator, orders *order.Service, clients map[string]*channel.Client, notifyURL string, settle notify.SettleFunc, events *outbox.Writer) *Service {
+	return &Service{db: db, ids: gen, orders: orders, clients: clients, notifyURL: notifyURL, settle: settle, events: events}
 }
 
 // Create commits the first recovery point of a refund of userID's PAID order id, in tx (the
@@ -140,7 +143,16 @@ func reportOf(r Refund, refundNo string, amount int64, status string) notify.Rep
 // fail ends a PENDING refund that the channel refused for good.
 func (s *Service) fail(ctx context.Context, r Refund, why string) (bool, error) {
 	slog.WarnContext(ctx, "refund refused by the channel", "refund_id", r.ID, "out_refund_no", r.OutRefundNo, "why", why)
-	return transition(ctx, s.db, r.ID, Failed, map[string]any{"last_error": why})
+	var moved bool
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		if moved, err = transition(ctx, tx, r.ID, Failed, map[string]any{"last_error": why}); err != nil || !moved {
+			return err
+		}
+		r.Status, r.UpdatedAt = Failed, time.Now().UTC()
+		return announce(ctx, tx, s.events, r)
+	})
+	return moved, err
 }
 
 // note keeps the error of an indefinite call on a refund that stays PENDING.

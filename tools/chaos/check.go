@@ -58,6 +58,9 @@ type checker struct {
 	results    []checkResult
 	violations []violation
 
+	// gatewayLog is the gateway's access log by request id (gateway.go); nil without one.
+	gatewayLog map[string]gatewayLine
+
 	// recs and dbOrders are read once, by the first check that needs them.
 	recs     map[[2]string]record
 	dbOrders map[string]dbOrder
@@ -135,6 +138,7 @@ func (c *checker) run(ctx context.Context) error {
 	c.checkKafka()
 	c.checkAnswers()
 	c.checkInstances()
+	c.checkGateway()
 	return nil
 }
 

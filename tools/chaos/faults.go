@@ -87,13 +87,11 @@ func (f *faulter) inject(ctx context.Context, kind string) {
 	switch kind {
 	case faultKillInstance:
 		in := f.w.insts[mrand.IntN(len(f.w.insts))]
-		f.w.lb.setUp(in.n, false)
 		in.signal(syscall.SIGCONT)
 		in.kill()
 		f.record(kind, fmt.Sprintf("kill -9 oncepay-%d", in.n), nil)
 		sleepCtx(ctx, time.Duration(500+mrand.IntN(2000))*time.Millisecond)
 		err := in.start(heal)
-		f.w.lb.setUp(in.n, true)
 		f.record(kind+"_healed", fmt.Sprintf("oncepay-%d restarted", in.n), err)
 	case faultPauseInstance:
 		in := f.w.insts[mrand.IntN(len(f.w.insts))]
@@ -117,6 +115,8 @@ func (f *faulter) inject(ctx context.Context, kind string) {
 		start := time.Now()
 		err := f.w.mariadb.start(heal)
 		f.record(kind+"_healed", fmt.Sprintf("mariadb restarted, crash recovery and ready in %s", time.Since(start).Round(time.Millisecond)), err)
+	case faultKillRedisMaster, faultFailoverForce:
+		f.injectRedisCluster(ctx, heal, kind)
 	case faultRedeliver:
 		n := f.wl.redeliver(ctx, 25)
 		f.record(kind, fmt.Sprintf("%d earlier notifications published again", n), nil)

@@ -15,6 +15,9 @@ const (
 	kindKafka = "kafka" // one message published to payment.notifications
 	kindFault = "fault" // a fault injected, or healed
 	kindNote  = "note"  // a phase of the run (start, settle, check)
+	// kindGateway is a request the gateway sent to more than one instance (a gateway retry,
+	// I11), read from its access log after the run: a client's or the channel's.
+	kindGateway = "gateway"
 )
 
 // event is one line of the history: every request, answer and timing, every message
@@ -42,6 +45,13 @@ type event struct {
 	Err      string  `json:"err,omitempty"`
 	Ms       float64 `json:"ms,omitempty"`
 	Detail   string  `json:"detail,omitempty"`
+	// ReqID is the X-Request-Id a client delivery carried (the gateway keeps it); on a
+	// gateway event, the request id of the request nginx retried.
+	ReqID string `json:"request_id,omitempty"`
+	// Via lists the instances the gateway sent the request to, in order ($upstream_addr),
+	// and GatewayRetry says it was more than one: the copy was retried by the gateway.
+	Via          string `json:"via,omitempty"`
+	GatewayRetry bool   `json:"gateway_retry,omitempty"`
 }
 
 // line renders e on one line, for a violation's evidence.
@@ -52,7 +62,11 @@ func (e *event) line() string {
 		if e.Err != "" {
 			answer = "error " + e.Err
 		}
-		return fmt.Sprintf("#%d %.0fms %s oncepay-%d %s %s key=%s %s → %s %s (%.0fms)", e.Seq, e.AtMs, e.Op, e.Inst, e.Method, e.Path, e.Key, clip(e.Req), answer, clip(e.Resp), e.Ms)
+		via := ""
+		if e.GatewayRetry {
+			via = " (gateway retry via " + e.Via + ")"
+		}
+		return fmt.Sprintf("#%d %.0fms %s oncepay-%d%s %s %s key=%s %s → %s %s (%.0fms)", e.Seq, e.AtMs, e.Op, e.Inst, via, e.Method, e.Path, e.Key, clip(e.Req), answer, clip(e.Resp), e.Ms)
 	case kindKafka:
 		return fmt.Sprintf("#%d %.0fms kafka %s key=%s %s %s", e.Seq, e.AtMs, e.Op, e.Key, clip(e.Req), e.Err)
 	}
@@ -104,6 +118,25 @@ func (h *history) snapshot() []*event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]*event(nil), h.events...)
+}
+
+// rewrite writes the whole history again, for the fields learnt after the run
+// (annotateGateway): the file then holds every event as it is now.
+func (h *history) rewrite() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, err := h.f.Seek(0, 0); err != nil {
+		return err
+	}
+	if err := h.f.Truncate(0); err != nil {
+		return err
+	}
+	h.w.Reset(h.f)
+	for _, e := range h.events {
+		b, _ := json.Marshal(e)
+		_, _ = h.w.Write(append(b, '\n'))
+	}
+	return h.w.Flush()
 }
 
 func (h *history) close() error {

@@ -1,11 +1,12 @@
 // Package chaos is oncepay's Jepsen-style chaos run; tools/cmd/chaos is its command. It starts
-// a world of its own on this machine — a private MariaDB server, a private Redis (one server or a three-node cluster), a
-// Kafka broker, the channel simulator and three oncepay processes with distinct node ids —
+// a world of its own on this machine — a private MariaDB server, a private Redis (one server,
+// or a cluster of three masters and three replicas), a Kafka broker, the channel simulator,
+// three oncepay processes with distinct node ids and an nginx gateway in front of them —
 // drives a randomized workload at it (orders, payments through the channel with extra copies
 // by HTTP and by Kafka, cancels, refunds, recharges, retries after client timeouts) while it
 // injects faults on a schedule (kill -9 an instance, SIGSTOP one longer than the lock TTL,
 // restart Redis empty, kill -9 MariaDB, Kafka redelivery, channel faults, payments slower
-// than the lock TTL), records every delivery in a JSON-lines history and, once the run has
+// than the lock TTL; with a cluster, Redis failovers), records every delivery in a JSON-lines history and, once the run has
 // settled, checks the history and the stores against oncepay's invariants. It prints a
 // summary, writes history.jsonl, summary.json and report.html, and exits 1 on any violation.
 //
@@ -69,7 +70,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	m := fs.String("mode", "short", "short (CI: ≥ 1,000 deliveries, < 3 min) or full (≥ 10,000 deliveries)")
 	out := fs.String("out", "", "directory for history.jsonl, summary.json, report.html and the servers' logs (default chaos-out/<mode>-<time>)")
 	bin := fs.String("oncepay", "bin/oncepay", "the oncepay binary to run three times")
-	cluster := fs.Bool("redis-cluster", false, "run Redis as a local three-node cluster instead of one server")
+	cluster := fs.Bool("redis-cluster", false, "run Redis as a local cluster of three masters and three replicas instead of one server, and fail masters over")
 	keep := fs.Bool("keep", false, "keep the MariaDB data directory after the run (it is deleted otherwise)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -82,9 +83,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.out == "" {
 		o.out = filepath.Join("chaos-out", md.name+"-"+time.Now().UTC().Format("20060102-150405"))
 	}
-	for _, tool := range []string{"mariadb-install-db", "mariadbd", "redis-server", "redis-cli"} {
+	for _, tool := range []string{"mariadb-install-db", "mariadbd", "redis-server", "redis-cli", "nginx"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return options{}, fmt.Errorf("%s is not on PATH: the chaos run starts private MariaDB and Redis servers (Debian: apt-get install mariadb-server redis-server)", tool)
+			return options{}, fmt.Errorf("%s is not on PATH: the chaos run starts private MariaDB and Redis servers and an nginx gateway (Debian: apt-get install mariadb-server redis-server nginx)", tool)
 		}
 	}
 	if _, err := os.Stat(o.bin); err != nil {
@@ -106,7 +107,9 @@ type summary struct {
 	ByStatus     map[string]int `json:"answers_by_status"`
 	ByOutcome    map[string]int `json:"answers_by_idempotency_outcome"`
 	Faults       map[string]int `json:"faults"`
-	Checks       []checkResult  `json:"checks"`
+	// GatewayRetries counts the requests the gateway sent to more than one instance.
+	GatewayRetries int           `json:"gateway_retries"`
+	Checks         []checkResult `json:"checks"`
 	// Total counts every violation; Violations lists every one, with its evidence.
 	Total       int            `json:"total_violations"`
 	Violations  []violation    `json:"violations"`
@@ -140,7 +143,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	defer h.close()
 
 	fmt.Fprintf(stdout, "chaos %s: starting a private MariaDB, Redis%s, Kafka, the channel simulator and 3 oncepay instances (in %s)\n",
-		opts.mode.name, map[bool]string{true: " cluster (3 nodes)", false: ""}[opts.cluster], dir)
+		opts.mode.name, map[bool]string{true: " cluster (3 masters, 3 replicas)", false: ""}[opts.cluster], dir)
 	w, err := startWorld(ctx, worldOptions{
 		dir: dir, oncepayBin: opts.bin, instances: 3, redisCluster: opts.cluster,
 		lockTTL: lockTTL, orderTTL: 12 * time.Second, slowPayment: lockTTL + time.Second,
@@ -158,6 +161,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	wl := newWorkload(w, h)
 	defer wl.kafka.Close()
 	f := &faulter{w: w, h: h, wl: wl, lockTTL: lockTTL, every: opts.mode.faultEvery, counts: map[string]int{}}
+	if opts.cluster {
+		allFaults = append(allFaults, redisClusterFaults...)
+	}
 
 	// A standing fault: the last instance sleeps past the lock's TTL inside every payment it
 	// applies, so only the watchdog's renewals keep its lease.
@@ -217,9 +223,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	settleSecs := time.Since(settleStart).Seconds()
 	h.note("settled; checking")
 
+	gatewayLog, retried, err := annotateGateway(h, w)
+	if err != nil {
+		return 2, fmt.Errorf("read the gateway's access log: %w", err)
+	}
+	if err := h.rewrite(); err != nil {
+		return 2, err
+	}
+	fmt.Fprintf(stdout, "the gateway retried %d requests on another instance\n", retried)
 	rdb := w.redisClient()
 	defer rdb.Close()
-	c := &checker{events: h.snapshot(), db: db, rdb: rdb, state: w.sim.State(), users: w.users, lockTTL: lockTTL, prefix: "oncepay:", exits: map[string]int{}}
+	c := &checker{events: h.snapshot(), db: db, rdb: rdb, state: w.sim.State(), users: w.users, lockTTL: lockTTL, prefix: "oncepay:", exits: map[string]int{},
+		gatewayLog: gatewayLog}
 	c.kafkaLag, c.dlq, err = kafkaBacklog(ctx, w.kafka.Brokers)
 	if err != nil {
 		return 2, fmt.Errorf("read the consumer group's offsets: %w", err)
@@ -270,7 +285,6 @@ func settle(ctx context.Context, w *world, wl *workload, db *sql.DB, progress io
 				return err
 			}
 		}
-		w.lb.setUp(in.n, true)
 	}
 	deadline := time.Now().Add(3 * time.Minute)
 	jobs := []string{"/v1/admin/jobs/reconcile-payments/run", "/v1/admin/jobs/close-expired-orders/run", "/v1/admin/jobs/resume-refunds/run"}
@@ -376,6 +390,8 @@ func summarize(opts options, c *checker, events []*event, faults map[string]int,
 			}
 		case kindKafka:
 			s.ByOp["kafka_"+e.Op]++
+		case kindGateway:
+			s.GatewayRetries++
 		}
 	}
 	for _, t := range c.state.Trades {
@@ -398,7 +414,7 @@ func summarize(opts options, c *checker, events []*event, faults map[string]int,
 }
 
 func printSummary(w io.Writer, s summary, out string) {
-	fmt.Fprintf(w, "\n%d deliveries in %.0fs (settled in %.0fs); faults: %v\n", s.Deliveries, s.Seconds, s.SettleSecs, s.Faults)
+	fmt.Fprintf(w, "\n%d deliveries in %.0fs (settled in %.0fs); faults: %v; gateway retries: %d\n", s.Deliveries, s.Seconds, s.SettleSecs, s.Faults, s.GatewayRetries)
 	fmt.Fprintf(w, "orders by status: %v; channel trades paid: %d; channel refunds: %d\n", s.Orders, s.ChannelPaid, s.Refunds)
 	fmt.Fprintf(w, "answers by Idempotency-Outcome: %v\n", s.ByOutcome)
 	for _, c := range s.Checks {

@@ -83,20 +83,30 @@ func reportKind(path string) string {
 	return "trade"
 }
 
-// deliver sends c once to instance inst and records the answer.
+// deliver sends c once, through the gateway, and records the answer under a request id of
+// its own (X-Request-Id), by which annotateGateway later finds the instances nginx sent it
+// to. inst is the instance a client without a gateway picks (a world without one, in tests);
+// nginx picks for itself, in turn, so copies sent at once still land on distinct instances.
 func (wl *workload) deliver(ctx context.Context, inst int, c call) *event {
-	e := &event{Kind: kindHTTP, Op: c.op, User: c.user, Key: c.key, Inst: inst, Method: c.method, Path: c.path, Req: string(c.body)}
-	wl.deliveries.Add(1)
+	e := &event{Kind: kindHTTP, Op: c.op, User: c.user, Key: c.key, Method: c.method, Path: c.path, Req: string(c.body),
+		ReqID: fmt.Sprintf("chaos-%d-%s", wl.deliveries.Add(1), randomHex(4))}
+	base := wl.w.insts[inst-1].base
+	if wl.w.gw != nil {
+		base = wl.w.gw.base()
+	} else {
+		e.Inst = inst
+	}
 	start := time.Now()
 	defer func() {
 		e.Ms = float64(time.Since(start).Microseconds()) / 1000
 		wl.h.add(e)
 	}()
-	req, err := http.NewRequestWithContext(ctx, c.method, wl.w.insts[inst-1].base+c.path, bytes.NewReader(c.body))
+	req, err := http.NewRequestWithContext(ctx, c.method, base+c.path, bytes.NewReader(c.body))
 	if err != nil {
 		e.Err = err.Error()
 		return e
 	}
+	req.Header.Set("X-Request-Id", e.ReqID)
 	if c.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+c.bearer)
 	}
@@ -289,7 +299,7 @@ func (wl *workload) cancel(ctx context.Context, u user, o *orderRef) {
 }
 
 // pay opens the order's trade at the channel through oncepay, has the buyer pay at the
-// channel (which notifies oncepay through the balancer, with its own retries) and sends
+// channel (which notifies oncepay through the gateway, with its own retries) and sends
 // extra copies of the notification by HTTP to random instances and by Kafka. It reports
 // whether the channel took the buyer's money.
 func (wl *workload) pay(ctx context.Context, u user, o *orderRef) bool {
@@ -460,7 +470,7 @@ func (wl *workload) recharge(ctx context.Context, u user) {
 	}
 	// The buyer tops up at the channel, which bills the trade and reports it itself; the
 	// copies below race the channel's own notification.
-	t, err := wl.w.sim.Recharge(rc.ID, amount, "http://"+wl.w.lbSrv.Addr+"/v1/recharges/notify")
+	t, err := wl.w.sim.Recharge(rc.ID, amount, wl.w.gw.base()+"/v1/recharges/notify")
 	wl.h.add(&event{Kind: kindNote, Op: "buyer_recharges", User: u.name, Key: t.TradeNo, Detail: "recharge " + rc.ID + errSuffix(err)})
 	if err != nil {
 		return

@@ -2,15 +2,11 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,9 +25,9 @@ import (
 
 // world is everything a chaos run starts on this machine and tears down afterwards: a private
 // MariaDB server, a private Redis (one server or a three-node cluster), the Kafka broker, the
-// channel simulator, a load balancer in front of the oncepay instances (the address the
-// channel sends its notifications to) and the oncepay instances themselves. Nothing of it
-// touches a server it did not start.
+// channel simulator, an nginx gateway in front of the oncepay instances (gateway.go: the
+// address the clients and the channel's notifications go to) and the oncepay instances
+// themselves. Nothing of it touches a server it did not start.
 type world struct {
 	dir     string
 	mariadb *server
@@ -40,8 +36,7 @@ type world struct {
 	sim     *channelsim.Sim
 	simURL  string
 	simSrv  *http.Server
-	lb      *balancer
-	lbSrv   *http.Server
+	gw      *gateway
 	insts   []*instance
 	users   []user
 	// clustered is set once the Redis nodes were joined into a cluster.
@@ -209,25 +204,27 @@ func startWorld(ctx context.Context, opts worldOptions) (_ *world, err error) {
 	if err := w.startSim(); err != nil {
 		return nil, err
 	}
-	if err := w.startBalancer(); err != nil {
-		return nil, err
-	}
 	if w.users, err = w.seed(ctx); err != nil {
 		return nil, fmt.Errorf("seed the chaos database: %w", err)
 	}
+	w.gw = newGateway(w.dir, fmt.Sprintf("127.0.0.1:%d", gatewayPort))
+	var upstreams []string
 	for n := 1; n <= opts.instances; n++ {
 		in, err := w.newInstance(n, opts)
 		if err != nil {
 			return nil, err
 		}
 		w.insts = append(w.insts, in)
+		upstreams = append(upstreams, strings.TrimPrefix(in.base, "http://"))
+	}
+	if err := w.gw.start(ctx, upstreams); err != nil {
+		return nil, err
 	}
 	// One at a time: the first runs the migrations, the others find them applied.
 	for _, in := range w.insts {
 		if err := in.start(ctx); err != nil {
 			return nil, err
 		}
-		w.lb.setUp(in.n, true)
 	}
 	return w, nil
 }
@@ -269,6 +266,9 @@ func (w *world) startMariaDB(ctx context.Context) error {
 	w.mariadb = &server{
 		name: "mariadb",
 		args: []string{"mariadbd", "--no-defaults", "--datadir=" + datadir, fmt.Sprintf("--port=%d", port),
+			// A tmpdir of its own: at every start mariadbd deletes the temporary files in its
+			// tmpdir, and the default, /tmp, may hold another server's.
+			"--tmpdir=" + w.dir,
 			"--socket=" + filepath.Join(w.dir, "mariadb.sock"), "--bind-address=127.0.0.1", "--user=" + currentUser(),
 			"--skip-grant-tables", "--innodb-buffer-pool-size=128M", "--max-connections=1000",
 			"--log-error=" + filepath.Join(w.dir, "mariadb.err")},
@@ -296,65 +296,25 @@ func currentUser() string {
 	return strconv.Itoa(os.Geteuid())
 }
 
-// startRedis starts one redis-server, or three in cluster mode joined with redis-cli.
+// startRedis starts one redis-server, or with cluster a Redis Cluster of three masters and
+// three replicas (startRedisCluster, rediscluster.go).
 func (w *world) startRedis(ctx context.Context, cluster bool) error {
-	nodes := 1
 	if cluster {
-		nodes = 3
+		return w.startRedisCluster(ctx)
 	}
-	for i := range nodes {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		args := []string{"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-			"--dir", w.dir, "--daemonize", "no"}
-		if cluster {
-			args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
-				"--cluster-node-timeout", "2000")
-		}
-		s := &server{name: fmt.Sprintf("redis-%d", i+1), args: args, logf: filepath.Join(w.dir, fmt.Sprintf("redis-%d.log", i+1))}
-		s.ready = func(ctx context.Context) error {
-			c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-			defer c.Close()
-			if !w.clustered {
-				// Before redis-cli joined the nodes (and for a single server), a ping will do.
-				return c.Ping(ctx).Err()
-			}
-			info, err := c.ClusterInfo(ctx).Result()
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(info, "cluster_state:ok") {
-				return errors.New("cluster state is not ok yet")
-			}
-			return nil
-		}
-		w.redis = append(w.redis, s)
-		if err := s.start(ctx); err != nil {
-			return err
-		}
+	port, err := freePort()
+	if err != nil {
+		return err
 	}
-	if !cluster {
-		return nil
+	s := &server{name: "redis-1", logf: filepath.Join(w.dir, "redis-1.log"), args: []string{"redis-server", "--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", w.dir, "--daemonize", "no"}}
+	s.ready = func(ctx context.Context) error {
+		c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		defer c.Close()
+		return c.Ping(ctx).Err()
 	}
-	args := []string{"--cluster", "create"}
-	for _, s := range w.redis {
-		args = append(args, s.addr())
-	}
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("redis-cli --cluster create: %w\n%s", err, tail(string(out), 2000))
-	}
-	// From now on a node is ready only when it sees the cluster whole: a node restarted by a
-	// fault must have rejoined (from its nodes.conf) before the run goes on.
-	w.clustered = true
-	for _, s := range w.redis {
-		if err := waitFor(ctx, 30*time.Second, s.ready); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-	}
-	return nil
+	w.redis = append(w.redis, s)
+	return s.start(ctx)
 }
 
 // redisAddrs is ONCEPAY_REDIS_ADDR: one address, or the cluster's comma list.
@@ -402,59 +362,6 @@ func (w *world) startSim() error {
 	return nil
 }
 
-// balancer stands in front of the instances the way a load balancer would: the channel's
-// notifications reach a random instance that is up (a stopped instance counts as up — a
-// balancer cannot tell a paused process from a slow one).
-type balancer struct {
-	mu    sync.Mutex
-	up    map[int]*url.URL
-	addrs map[int]*url.URL
-}
-
-func (b *balancer) setUp(n int, up bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if up {
-		b.up[n] = b.addrs[n]
-	} else {
-		delete(b.up, n)
-	}
-}
-
-func (b *balancer) pick() *url.URL {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.up) == 0 {
-		return nil
-	}
-	keys := make([]int, 0, len(b.up))
-	for k := range b.up {
-		keys = append(keys, k)
-	}
-	return b.up[keys[rand.IntN(len(keys))]]
-}
-
-func (w *world) startBalancer() error {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	w.lb = &balancer{up: map[int]*url.URL{}, addrs: map[int]*url.URL{}}
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			target := w.lb.pick()
-			if target == nil {
-				target = &url.URL{Scheme: "http", Host: "127.0.0.1:1"}
-			}
-			r.SetURL(target)
-		},
-		ErrorHandler: func(rw http.ResponseWriter, _ *http.Request, _ error) { rw.WriteHeader(http.StatusBadGateway) },
-	}
-	w.lbSrv = &http.Server{Handler: proxy, Addr: l.Addr().String(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = w.lbSrv.Serve(l) }()
-	return nil
-}
-
 // newInstance describes oncepay instance n; it does not start it.
 func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 	port, err := freePort()
@@ -462,7 +369,6 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	w.lb.addrs[n] = &url.URL{Scheme: "http", Host: addr}
 	env := []string{
 		"ONCEPAY_HTTP_ADDR=" + addr,
 		"ONCEPAY_NODE_ID=" + strconv.Itoa(n),
@@ -473,7 +379,7 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 		"ONCEPAY_CHANNELS=simpay",
 		"ONCEPAY_CHANNEL_SECRET=" + w.secret,
 		"ONCEPAY_ADMIN_KEY=" + w.adminKey,
-		"ONCEPAY_PUBLIC_URL=http://" + w.lbSrv.Addr,
+		"ONCEPAY_PUBLIC_URL=" + w.gw.base(),
 		"ONCEPAY_DATA_DIR=" + filepath.Join(w.dir, fmt.Sprintf("oncepay-%d", n)),
 		"ONCEPAY_SEED_DEMO=false",
 		"ONCEPAY_LOCK_TTL=" + opts.lockTTL.String(),
@@ -517,9 +423,7 @@ func (w *world) close() {
 		in.signal(syscall.SIGCONT)
 		in.kill()
 	}
-	if w.lbSrv != nil {
-		_ = w.lbSrv.Close()
-	}
+	w.stopGateway()
 	if w.simSrv != nil {
 		_ = w.simSrv.Close()
 	}

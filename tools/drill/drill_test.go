@@ -32,15 +32,19 @@ func TestScheduleKeepsTheCloseJobAndSlowPaymentsApart(t *testing.T) {
 		"I7 double click/oncepay", "I7 double click/lab",
 		"flash-sale flash sale/oncepay", "flash-sale flash sale/lab",
 		"I10 paused holder writes late/oncepay", "I10 paused holder writes late/lab", // both pause under /lab/, outside any payment delay
+		"I15 two holders after a Redis failover/oncepay", "I15 two holders after a Redis failover/lab", // like I10
 		"I8 refund call times out/lab",
-		"I9 lost notification, then close/oncepay",                                             // like I5's second half: waits for the others before its close job
-		"I9 lost notification, then close/lab",                                                 // closes its one order by id
-		"I12 side effect before the key/lab",                                                   // the buyer's payment is refused: nothing for oncepay to apply
-		"I13 purged fence on a money path/lab",                                                 // paid through the lab's own route
+		"I9 lost notification, then close/oncepay", // like I5's second half: waits for the others before its close job
+		"I9 lost notification, then close/lab",     // closes its one order by id
+		"I12 side effect before the key/lab",       // the buyer's payment is refused: nothing for oncepay to apply
+		"I13 purged fence on a money path/lab",     // paid through the lab's own route
+		"I16 webhook processed twice/lab",          // the naive receiver; its order is paid through oncepay, but no run is slowed more for it
+		"I17 event announced before its commit/oncepay", "I17 event announced before its commit/lab",
 		"I18 client retries under a new key/oncepay", "I18 client retries under a new key/lab", // both order through /lab/, no payment
 	}
 	wantPaying := []string{"I1 triple delivery/oncepay", "I4 lock expiry under a slow payment/oncepay", "I6 purge before redelivery/oncepay",
-		"I8 refund call times out/oncepay", "I12 side effect before the key/oncepay", "I13 purged fence on a money path/oncepay"}
+		"I8 refund call times out/oncepay", "I12 side effect before the key/oncepay", "I13 purged fence on a money path/oncepay",
+		"I16 webhook processed twice/oncepay"}
 	wantAlone := []string{"I5 late close of a paid order/oncepay"}
 	for _, g := range []struct {
 		name      string

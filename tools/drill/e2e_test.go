@@ -39,6 +39,7 @@ func TestDrillAgainstTheRealApp(t *testing.T) {
 	cfg.CloseJobInterval = time.Hour
 	cfg.ChannelTimeout, cfg.ChannelRetries = time.Second, 1
 	cfg.ReconcileJobInterval, cfg.RefundJobInterval = time.Hour, time.Hour
+	cfg.WebhookSchedule, cfg.WebhookInterval = []time.Duration{time.Second, 2 * time.Second}, 100*time.Millisecond
 	cfg.ChannelSecret, cfg.AdminKey = "dev-channel-secret", "dev-admin-key"
 	// The drill's own notifications name a channel of their own (drillChannel), which oncepay
 	// must be configured with like any other: ONCEPAY_CHANNELS in tools/drill.sh.

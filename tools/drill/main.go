@@ -1,4 +1,4 @@
-// Package drill runs oncepay's incident drills (I1–I10, I12 and I13 of docs/incidents.md, and
+// Package drill runs oncepay's incident drills (I1–I10, I12, I13, I15, I16 and I17 of docs/incidents.md, and
 // a flash sale) against a running server and prints a verdict table; tools/cmd/drill is its
 // command.
 //

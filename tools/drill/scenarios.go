@@ -44,6 +44,11 @@ type routes struct {
 	// a caller pause a lock holder: oncepay's is its own guard and order service with a lease
 	// nothing renews; the lab's is the naive lock and unconditional write.
 	pausedNotify string
+	// failoverNotify is I15's payment route, which takes ?pause=: the holder loses its lease
+	// to a modelled Redis failover right after taking it, then works that long. Both targets'
+	// routes are under /lab/, like I10's: oncepay's is its own guard and order service, the
+	// lab's the naive lock and unconditional write.
+	failoverNotify string
 	// refundOrder is where I8 asks for a refund of an order: oncepay's POST
 	// /v1/orders/{order_id}/refunds, or the lab's refund that retries a timed-out call under a
 	// new number.
@@ -60,6 +65,10 @@ type routes struct {
 	// /v1/payments/notify; the lab's is fenced by its dedup row alone and refunds what it
 	// cannot apply.
 	purgedNotify string
+	// announceOrders is where I17 places an order that rolls back for lack of stock: oncepay's
+	// POST /v1/orders, whose order.created is written in the transaction and delivered only
+	// after the commit, or the lab's, which POSTs it to the webhook endpoints before.
+	announceOrders string
 }
 
 // oncepayRoutes are the contract's routes.
@@ -75,9 +84,11 @@ var oncepayRoutes = routes{
 	formTokens:       true,
 	flashOrders:      "/v1/orders",
 	pausedNotify:     "/lab/guarded/payments/notify-after-pause",
+	failoverNotify:   "/lab/guarded/payments/notify-after-failover",
 	refundOrder:      func(id string) string { return "/v1/orders/" + id + "/refunds" },
 	cancelOrder:      func(id string) string { return "/v1/orders/" + id + "/cancel" },
 	purgedNotify:     "/v1/payments/notify",
+	announceOrders:   "/v1/orders",
 }
 
 // labProbePath must answer non-404 (an index of the lab, say) when the server runs with
@@ -115,6 +126,11 @@ const labProbePath = "/lab/"
 //     nothing renews, a check, the pause, then an unconditional payment (I10).
 //   - POST /lab/guarded/payments/notify-after-pause?pause=…: the same pause and lease around
 //     oncepay's own guard and order service, which the oncepay row of I10 drives.
+//   - POST /lab/payments/notify-after-failover?pause=…: a signed notification; the I4 lock,
+//     a check, the lease lost to a modelled Redis failover (its key deleted), the pause, then
+//     an unconditional payment: a copy during the pause pays too (I15).
+//   - POST /lab/guarded/payments/notify-after-failover?pause=…: the same lost lease and pause
+//     around oncepay's own guard and order service, which the oncepay row of I15 drives.
 //   - POST /lab/orders/{order_id}/refunds {"amount"}: the user's bearer; calls the channel's
 //     refund with a 1 s timeout and, when it times out, again under a NEW out_refund_no
 //     (I8): with timeout_after_apply the channel applies both.
@@ -129,6 +145,13 @@ const labProbePath = "/lab/"
 //     conditional payment; a report for an order that is not PENDING_PAYMENT is taken for a
 //     payment after close and refunded at once, in full, under a NEW out_refund_no, and the
 //     answer (200 success) says what was asked of the channel in refund_asked (I13).
+//   - POST /lab/orders/announce-first: the header and body of /v1/orders; POSTs the order's
+//     order.created, signed, to every webhook endpoint subscribed to it from inside the
+//     transaction, then reserves the stock with its precondition: short stock rolls the order
+//     back after its event was out (I17).
+//
+// I16 needs no replica of oncepay: its lab run is the merchant's naive receiver, which the
+// drill plays itself.
 //   - POST /lab/orders/lose-first-answer?run=…: the header and body of /v1/orders, forwarded to
 //     oncepay's own route; the first answer of each run is held until the client gives up, then
 //     dropped (I18). Both targets order through it: the lab's run with the incident's client,
@@ -148,10 +171,12 @@ var labRoutes = routes{
 	formOrders:       "/lab/orders/submit",
 	flashOrders:      "/lab/orders/check-then-act",
 	pausedNotify:     "/lab/payments/notify-after-pause",
+	failoverNotify:   "/lab/payments/notify-after-failover",
 	refundOrder:      func(id string) string { return "/lab/orders/" + id + "/refunds" },
 	closeExpired:     func(id string) string { return "/lab/orders/" + id + "/close-expired" },
 	cancelOrder:      func(id string) string { return "/lab/orders/" + id + "/cancel" },
 	purgedNotify:     "/lab/payments/notify-purged",
+	announceOrders:   "/lab/orders/announce-first",
 }
 
 // scenario is one drill. run fires the copies and judges the effect; lab says whether the
@@ -218,6 +243,8 @@ var catalog = []scenario{
 	// I10's oncepay run answers its stale holder from the dedup record, which I6's purge must
 	// not remove in the meantime.
 	{id: "I10", name: "paused holder writes late", lab: true, purgeSensitive: true, run: (*drill).staleWriter},
+	// I15's oncepay run answers its first holder from the dedup record too.
+	{id: "I15", name: "two holders after a Redis failover", lab: true, purgeSensitive: true, run: (*drill).failoverHolders},
 	// I8 and I9 drive the channel simulator, whose faults are global: each holds simGate
 	// alone while its fault is on. I9's oncepay run calls the close job once its order expired.
 	{id: "I8", name: "refund call times out", lab: true, pays: true, run: (*drill).refundTimeout},
@@ -227,6 +254,10 @@ var catalog = []scenario{
 	// purges every dedup record, holding purgeGate alone like I6.
 	{id: "I12", name: "side effect before the key", lab: true, pays: true, run: (*drill).sideEffectBeforeKey},
 	{id: "I13", name: "purged fence on a money path", lab: true, pays: true, run: (*drill).purgedFence},
+	// I16 and I17 play the merchant: a receiver of the drill's own, registered as a webhook
+	// endpoint. I16 pays its order; its lab run is the receiver without a dedup record.
+	{id: "I16", name: "webhook processed twice", lab: true, pays: true, run: (*drill).lostAck},
+	{id: "I17", name: "event announced before its commit", lab: true, run: (*drill).announcedRollback},
 	// I18's both runs order through the lab's lossy network; the clients differ. The oncepay
 	// run's retry is answered from the first attempt's stored result, which I6's and I13's
 	// purges must not remove in between.

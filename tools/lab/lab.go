@@ -52,6 +52,9 @@ type Lab struct {
 	// whose bug is not the key check but what it does before it (I12). Its keys are the lab's
 	// own (labKeyBizType), so they never answer for oncepay's, nor oncepay's for them.
 	keyed *idemhttp.Adapter
+	// failover is oncepay's own guard whose holder may lose its lease to a modelled Redis
+	// failover (I15); see newFailoverGuard.
+	failover *idemhttp.Adapter
 	// ChannelURL is the payment channel's base URL for the outbound replicas (I8); when it is
 	// empty, they take it from the pay_url of the order's trade (see channelURL).
 	ChannelURL string
@@ -84,6 +87,7 @@ func New(db *gorm.DB, rdb redis.UniversalClient, redisPrefix string, gen *ids.Ge
 		NewID:     gen.Next,
 		RequestID: requestid.From,
 	}))
+	l.failover = newFailoverGuard(l)
 	return l
 }
 
@@ -102,10 +106,13 @@ func (l *Lab) Routes(requireUser, requireAdmin func(http.Handler) http.Handler) 
 	r.With(requireUser).Post("/orders/check-then-act", l.createOrderCheckThenAct)
 	r.With(l.signed("trade")).Post("/payments/notify-after-pause", l.payAfterPause)
 	r.With(l.signed("trade")).Post("/guarded/payments/notify-after-pause", l.payGuardedAfterPause)
+	r.With(l.signed("trade")).Post("/payments/notify-after-failover", l.payAfterFailover)
+	r.With(l.signed("trade")).Post("/guarded/payments/notify-after-failover", l.payGuardedAfterFailover)
 	r.With(requireUser).Post("/orders/{order_id}/refunds", l.refundNewNumberOnTimeout)
 	r.With(requireAdmin).Post("/orders/{order_id}/close-expired", l.closeExpiredWithoutAsking)
 	r.With(requireUser).Post("/orders/{order_id}/cancel", l.cancelChannelFirst)
 	r.With(l.signed("trade")).Post("/payments/notify-purged", l.refundWhatCannotApply)
+	r.With(requireUser).Post("/orders/announce-first", l.createOrderAnnounceFirst)
 	r.Post("/orders/lose-first-answer", l.loseFirstAnswer)
 	return r
 }
@@ -132,6 +139,10 @@ func (l *Lab) index(w http.ResponseWriter, _ *http.Request) {
 			"POST /lab/payments/notify-after-pause?pause=": "I10: a 1 s lease, a check, a pause past the lease, then an unconditional write (Kleppmann)",
 			"POST /lab/guarded/payments/notify-after-pause?pause=": "I10, the fix: oncepay's guard with the same unrenewed 1 s lease and pause; " +
 				"the state precondition and the dedup record's unique key refuse the stale write",
+			"POST /lab/payments/notify-after-failover?pause=": "I15: the naive payment fenced only by its Redis lock; the holder loses its lease " +
+				"to a failover right after its check (the key deleted, as a promoted replica that never saw it) and works on; a copy meanwhile pays too",
+			"POST /lab/guarded/payments/notify-after-failover?pause=": "I15, the fix: oncepay's guard with the same lost lease; " +
+				"two holders at once, and the state precondition and the dedup record's unique key refuse the first one's write",
 			"POST /lab/orders/{order_id}/refunds": "I8: a refund whose channel call timed out (1 s) is sent again under a NEW out_refund_no; " +
 				"nothing is committed before the call, so the channel, which applied the first, refunds twice",
 			"POST /lab/orders/{order_id}/close-expired": "I9: closes an expired PENDING_PAYMENT order and returns its stock without asking the channel, " +
@@ -140,6 +151,8 @@ func (l *Lab) index(w http.ResponseWriter, _ *http.Request) {
 				"a cancel refused there (422 key reused, 409 in flight, 400 foreign token) has already made the order unpayable",
 			"POST /lab/payments/notify-purged": "I13: a payment report whose only fence is a dedup row the purge removes; a report for an order that is not " +
 				"PENDING_PAYMENT is taken for a payment after close and refunded at once in full under a NEW out_refund_no",
+			"POST /lab/orders/announce-first": "I17: order.created is POSTed to the webhook endpoints from inside the transaction, before it commits; " +
+				"then the stock is short and the transaction rolls back: the receivers were told of an order that never existed",
 			"POST /lab/orders/lose-first-answer?run=": "I18's network, not a bug: oncepay's own POST /v1/orders, whose FIRST answer of each run is held " +
 				"until the client gives up and then dropped; a client that retries under a NEW key orders twice, one that keeps its key gets the order replayed",
 		},
@@ -253,14 +266,16 @@ func (l *Lab) createOrderDedupAfter(w http.ResponseWriter, r *http.Request) {
 // takes the lock, still sees the order unpaid, and pays again: paid_at is stamped twice and
 // the stock is confirmed twice.
 func (l *Lab) payWithFixedLock(w http.ResponseWriter, r *http.Request) {
-	l.payUnderFixedLease(w, r, l.prefix+"pay:", fixedLease, max(l.ChaosDelay, slowUpstream))
+	l.payUnderFixedLease(w, r, l.prefix+"pay:", fixedLease, max(l.ChaosDelay, slowUpstream), false)
 }
 
-// payUnderFixedLease is the naive payment that I4 and I10 share: take a lease of its own
+// payUnderFixedLease is the naive payment that I4, I10 and I15 share: take a lease of its own
 // that nothing renews, check that the order is unpaid, let hold pass (a slow upstream, a
 // pause), then write PAID and confirm the stock with no precondition. A copy that finds the
-// lease held answers 409; one that comes after the lease ran out goes through.
-func (l *Lab) payUnderFixedLease(w http.ResponseWriter, r *http.Request, keyPrefix string, leaseFor, hold time.Duration) {
+// lease held answers 409; one that comes after the lease ran out goes through. With
+// failover, the lease is lost right after the check, as a Redis failover to a replica that
+// never saw it loses it (I15): the next copy finds no lease at all.
+func (l *Lab) payUnderFixedLease(w http.ResponseWriter, r *http.Request, keyPrefix string, leaseFor, hold time.Duration, failover bool) {
 	n, id, err := decodeNotification(r)
 	if err != nil {
 		web.WriteError(w, r, err)
@@ -287,6 +302,9 @@ func (l *Lab) payUnderFixedLease(w http.ResponseWriter, r *http.Request, keyPref
 	if o.Status != order.PendingPayment { // check …
 		web.WriteJSON(w, http.StatusOK, success)
 		return
+	}
+	if failover {
+		forgetLease(ctx, l.rdb, key)
 	}
 	// … the slow upstream or the pause, while the lease runs out unrenewed …
 	time.Sleep(hold)

@@ -68,7 +68,7 @@ func (l *Lab) payAfterPause(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, err)
 		return
 	}
-	l.payUnderFixedLease(w, r, l.prefix+"stale:", staleLease, pause)
+	l.payUnderFixedLease(w, r, l.prefix+"stale:", staleLease, pause, false)
 }
 
 // payGuardedAfterPause is NOT a bug: it is I10 against oncepay's own defenses, under the same

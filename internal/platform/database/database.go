@@ -44,6 +44,11 @@ type Options struct {
 	SQLitePath string
 	// MaxOpenConns bounds the MySQL pool; zero means 50.
 	MaxOpenConns int
+	// WsrepSyncWait, when not zero and the server is a MariaDB Galera node, is the
+	// wsrep_sync_wait bitmask every connection of the pool sets (1: BEGIN and reads wait
+	// for the node to apply what the cluster committed before them). A DSN that sets
+	// wsrep_sync_wait itself keeps its own. See GaleraParams.
+	WsrepSyncWait int
 }
 
 // Open opens the database described by opts. It does not migrate.
@@ -58,6 +63,9 @@ func Open(opts Options) (*gorm.DB, error) {
 	if opts.MySQLDSN != "" {
 		dsn, err := normalizeMySQLDSN(opts.MySQLDSN)
 		if err != nil {
+			return nil, err
+		}
+		if dsn, err = withGaleraParams(dsn, opts.WsrepSyncWait); err != nil {
 			return nil, err
 		}
 		// No INSERT … RETURNING on MariaDB: every id is a snowflake set before the insert,
@@ -123,6 +131,58 @@ func normalizeMySQLDSN(dsn string) (string, error) {
 	return c.FormatDSN(), nil
 }
 
+// withGaleraParams adds wsrep_sync_wait=syncWait to dsn's session variables when the server
+// it names is a Galera node (IsGalera) and dsn does not set the variable itself; syncWait 0
+// leaves dsn as it is. go-sql-driver sends every unknown DSN parameter as a SET on each new
+// connection, so the whole pool reads causally (I1 on a cluster: a report on one node right
+// after its order committed on another must not find "no such order").
+func withGaleraParams(dsn string, syncWait int) (string, error) {
+	if syncWait == 0 {
+		return dsn, nil
+	}
+	c, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		return "", err
+	}
+	if _, set := c.Params["wsrep_sync_wait"]; set {
+		return dsn, nil
+	}
+	probe, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return "", err
+	}
+	defer probe.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	galera, err := IsGalera(ctx, probe)
+	if err != nil {
+		return "", fmt.Errorf("ask the MySQL server whether it is a Galera node: %w", err)
+	}
+	if !galera {
+		return dsn, nil
+	}
+	c.Params["wsrep_sync_wait"] = fmt.Sprint(syncWait)
+	return c.FormatDSN(), nil
+}
+
+// IsGalera reports whether the server db reaches is a MariaDB Galera node: wsrep_on is ON,
+// or the server answers with Galera's "WSREP has not yet prepared node" (1047). A server
+// without the variable (MySQL, a MariaDB built without wsrep) is not one.
+func IsGalera(ctx context.Context, db *sql.DB) (bool, error) {
+	var on sql.NullInt64
+	err := db.QueryRowContext(ctx, "SELECT @@global.wsrep_on").Scan(&on)
+	var me *gomysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1047:
+		return true, nil
+	case errors.As(err, &me) && me.Number == 1193: // ER_UNKNOWN_SYSTEM_VARIABLE
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return on.Valid && on.Int64 == 1, nil
+}
+
 // DialectOf reports the dialect of db.
 func DialectOf(db *gorm.DB) Dialect {
 	if db.Dialector.Name() == "mysql" {
@@ -170,8 +230,8 @@ func migrateSQL(ctx context.Context, sqlDB *sql.DB, d Dialect) error {
 // ErrDuplicateKey means an INSERT hit a unique index: another attempt got there first.
 var ErrDuplicateKey = errors.New("duplicate key")
 
-// ErrRetryable means the database aborted the transaction (deadlock, lock wait timeout,
-// busy SQLite file); the whole transaction may be run again.
+// ErrRetryable means the database aborted the transaction (deadlock, a Galera certification
+// conflict, lock wait timeout, busy SQLite file); the whole transaction may be run again.
 var ErrRetryable = errors.New("transaction aborted by the database; retry")
 
 // Translate turns driver errors into ErrDuplicateKey or ErrRetryable, wrapping the original.
@@ -185,7 +245,12 @@ func Translate(err error) error {
 		switch me.Number {
 		case 1062:
 			return fmt.Errorf("%w: %w", ErrDuplicateKey, err)
-		case 1213, 1205:
+		case 1213, 1205, 1180:
+			// 1180 is Galera's "Got error … during COMMIT": the node lost the primary
+			// component while committing and rolled the transaction back.
+			return fmt.Errorf("%w: %w", ErrRetryable, err)
+		}
+		if string(me.SQLState[:]) == "40001" { // serialization failure: run it again
 			return fmt.Errorf("%w: %w", ErrRetryable, err)
 		}
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/platform/database"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // eachDialect runs fn once on a fresh SQLite database and once on a fresh MySQL one (skipped
@@ -232,6 +234,9 @@ func TestTranslateTyped(t *testing.T) {
 	}{
 		{"mysql duplicate key", fmt.Errorf("insert: %w", &gomysql.MySQLError{Number: 1062}), true, false},
 		{"mysql deadlock", &gomysql.MySQLError{Number: 1213}, false, true},
+		{"galera error during commit", &gomysql.MySQLError{Number: 1180}, false, true},
+		{"a serialization failure", &gomysql.MySQLError{Number: 9999, SQLState: [5]byte{'4', '0', '0', '0', '1'}}, false, true},
+		{"galera node not ready is unavailable, not retryable", &gomysql.MySQLError{Number: 1047, SQLState: [5]byte{'0', '8', 'S', '0', '1'}}, false, false},
 		{"sqlite unique", fmt.Errorf("insert: %w", sqliteErr{2067}), true, false},
 		{"sqlite primary key", sqliteErr{1555}, true, false},
 		{"sqlite busy", sqliteErr{5}, false, true},
@@ -250,5 +255,32 @@ func TestTranslateTyped(t *testing.T) {
 				t.Errorf("IsRetryable(%v) = %v, want %v", tt.err, got, tt.retryable)
 			}
 		})
+	}
+}
+
+// TestGaleraParamsOnAPlainServer: a MariaDB server that is not a Galera node (wsrep_on OFF)
+// is recognised as such, and Open with WsrepSyncWait leaves its connections' sessions alone;
+// a DSN that names wsrep_sync_wait itself is never asked about or changed. The Galera side
+// (the variable set on every connection of a node) is tested on a real cluster
+// (internal/testsupport/galera).
+func TestGaleraParamsOnAPlainServer(t *testing.T) {
+	db := openMySQL(t)
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	galera, err := database.IsGalera(context.Background(), sqlDB)
+	if err != nil || galera {
+		t.Fatalf("IsGalera on the test server = %v, %v; want false (wsrep_on is OFF)", galera, err)
+	}
+	dsn := os.Getenv(testenv.EnvMySQLDSN)
+	pool, err := database.Open(database.Options{MySQLDSN: dsn, WsrepSyncWait: 1, MaxOpenConns: 1})
+	if err != nil {
+		t.Fatalf("Open with WsrepSyncWait on a plain server: %v", err)
+	}
+	defer database.Close(pool)
+	var wait int
+	if err := pool.Raw("SELECT @@session.wsrep_sync_wait").Row().Scan(&wait); err != nil || wait != 0 {
+		t.Errorf("wsrep_sync_wait on a plain server = %d (%v), want the server's 0", wait, err)
 	}
 }

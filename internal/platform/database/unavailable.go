@@ -16,6 +16,7 @@ import (
 // the statement right now, whatever the statement: it is shutting down, gone or overloaded.
 var unavailableCodes = map[uint16]bool{
 	1040: true, // ER_CON_COUNT_ERROR: too many connections
+	1047: true, // ER_UNKNOWN_COM_ERROR, Galera's "WSREP has not yet prepared node for application use"
 	1053: true, // ER_SERVER_SHUTDOWN: server shutdown in progress
 	1077: true, // ER_NORMAL_SHUTDOWN
 	1152: true, // ER_ABORTING_CONNECTION

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,6 +37,11 @@ func TestNewUniversal(t *testing.T) {
 	}
 	if o := c.Options(); o.MaxRedirects < 1 || o.MaxRetries != -1 {
 		t.Errorf("cluster MaxRedirects %d MaxRetries %d: want redirects followed (>= 1) and no retries (-1)", o.MaxRedirects, o.MaxRetries)
+	}
+	// A master killed -9 sends no MOVED: the slot map must not wait for go-redis's 60 s
+	// default to find its promoted replica (TestClusterFailover in idempotent/ measures it).
+	if o := c.Options(); o.ClusterStateReloadInterval <= 0 || o.ClusterStateReloadInterval > 5*time.Second {
+		t.Errorf("cluster ClusterStateReloadInterval %s, want a few seconds at most", o.ClusterStateReloadInterval)
 	}
 
 	if _, err := redisx.NewUniversal([]string{"127.0.0.1:1", "127.0.0.1:2"}, 1); err == nil {

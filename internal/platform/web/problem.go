@@ -26,9 +26,9 @@ type Problem struct {
 }
 
 // ProblemFor returns the problem document for err answering r. It is the one place where
-// errors become HTTP: an *apperr.Error keeps its status and code; a deadline, a cancellation
-// or a database that cannot be reached is 503 unavailable; anything else is a 500 that
-// reveals nothing.
+// errors become HTTP: an *apperr.Error keeps its status and code; a deadline, a cancellation,
+// a database that cannot be reached or that aborted the transaction is 503 unavailable;
+// anything else is a 500 that reveals nothing.
 func ProblemFor(r *http.Request, err error) Problem {
 	p := ProblemOf(err)
 	p.Instance = r.URL.Path
@@ -49,6 +49,11 @@ func ProblemOf(err error) Problem {
 			// and nothing of it was stored: 503 with Retry-After, never 500 (issue: 503 not
 			// 500). The detail names no driver error.
 			e = ErrDatabaseUnavailable
+		case database.IsRetryable(err), database.IsLockWaitTimeout(err):
+			// A deadlock, a Galera certification conflict or a lock wait that reached here
+			// (a transaction no guard reran, or one the guard gave up on) rolled back whole:
+			// the request may be sent again, so it is a 503 to retry, not a 500.
+			e = ErrDatabaseBusy
 		default:
 			e = apperr.ErrInternal
 		}
@@ -65,6 +70,11 @@ func ProblemOf(err error) Problem {
 // ErrDatabaseUnavailable is the answer to a request that needs the database while it cannot
 // be reached: the contract's 503 unavailable, with a detail a client can act on.
 var ErrDatabaseUnavailable = apperr.ErrUnavailable.Withf("the database is unavailable; retry after Retry-After seconds (a write with the same Idempotency-Key: nothing of this attempt was stored)")
+
+// ErrDatabaseBusy is the answer to a request whose transaction the database kept aborting
+// (deadlocks, certification conflicts on a Galera cluster) or whose statement waited out the
+// lock wait timeout: nothing of it was stored, and the same request may be sent again.
+var ErrDatabaseBusy = apperr.ErrUnavailable.Withf("the database aborted this request's transaction (conflicting writes); nothing was stored; retry after Retry-After seconds")
 
 // RetryAfterUnavailable is the Retry-After, in seconds, of every 503 answer: long enough for
 // database/sql to reconnect or Redis to come back, short enough that a client's retry lands

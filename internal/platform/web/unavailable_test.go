@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -27,6 +29,13 @@ func TestWriteErrorRetryAfter(t *testing.T) {
 	}{
 		{"database down", fmt.Errorf("create order: %w", driver.ErrBadConn), "", 503, "unavailable", web.RetryAfterUnavailable},
 		{"dependency unavailable", apperr.ErrUnavailable, "", 503, "unavailable", web.RetryAfterUnavailable},
+		// A transaction the database aborted and no guard reran, or a Galera node not ready:
+		// the request may be sent again (issue 21: 503, never 500).
+		{"deadlock", fmt.Errorf("close order: %w", &gomysql.MySQLError{Number: 1213, SQLState: [5]byte{'4', '0', '0', '0', '1'}}), "", 503, "unavailable", web.RetryAfterUnavailable},
+		{"lock wait timeout", &gomysql.MySQLError{Number: 1205, SQLState: [5]byte{'H', 'Y', '0', '0', '0'}}, "", 503, "unavailable", web.RetryAfterUnavailable},
+		{"galera error during commit", &gomysql.MySQLError{Number: 1180, SQLState: [5]byte{'H', 'Y', '0', '0', '0'}}, "", 503, "unavailable", web.RetryAfterUnavailable},
+		{"galera node not ready", &gomysql.MySQLError{Number: 1047, SQLState: [5]byte{'0', '8', 'S', '0', '1'}, Message: "WSREP has not yet prepared node for application use"}, "", 503, "unavailable", web.RetryAfterUnavailable},
+		{"a statement's own mistake is internal", &gomysql.MySQLError{Number: 1064, SQLState: [5]byte{'4', '2', '0', '0', '0'}}, "", 500, "internal", ""},
 		{"caller's Retry-After kept", apperr.ErrUnavailable, "7", 503, "unavailable", "7"},
 		{"internal has none", apperr.ErrInternal, "", 500, "internal", ""},
 		{"conflict has none of its own", apperr.New(http.StatusConflict, "illegal_state", "no"), "", 409, "illegal_state", ""},

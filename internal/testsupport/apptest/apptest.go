@@ -258,6 +258,11 @@ func (r Response) Decode(tb testing.TB, v any) {
 // is empty; body is sent as it is when it is a string or []byte, as JSON otherwise, and not at
 // all when nil; headers are added last. It never fails the test, so storms can call it.
 func (s *Server) Do(method, path, apiKey string, body any, headers map[string]string) Response {
+	return s.DoContext(context.Background(), method, path, apiKey, body, headers)
+}
+
+// DoContext is Do under ctx: a client that gives up when ctx ends.
+func (s *Server) DoContext(ctx context.Context, method, path, apiKey string, body any, headers map[string]string) Response {
 	raw, err := encode(body)
 	if err != nil {
 		return Response{Err: err}
@@ -266,7 +271,7 @@ func (s *Server) Do(method, path, apiKey string, body any, headers map[string]st
 	if raw != nil {
 		r = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequest(method, s.URL+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, r)
 	if err != nil {
 		return Response{Err: err}
 	}

@@ -1,0 +1,94 @@
+package chaos
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// The checker against the faults of the gateway and of -redis-cluster: each case puts the
+// fault into the history with the damage it would do if oncepay let it, and the checker must
+// name the damage.
+
+// TestCheckGateway: every client delivery must be in the gateway's access log under the
+// request id it was sent with; one that is missing (the gateway replaced or lost the id) is a
+// violation, and the gateway's retries are counted. Without a gateway log nothing is checked.
+func TestCheckGateway(t *testing.T) {
+	sent := func(seq int64, rid string) *event {
+		e := answer("order", "u1", "k"+rid, 201, "executed", "{}")
+		e.Seq, e.ReqID = seq, rid
+		return e
+	}
+	events := []*event{sent(1, "chaos-1"), sent(2, "chaos-2"), sent(3, "chaos-3"), {Kind: kindNote, Detail: "settle"}}
+	log := map[string]gatewayLine{
+		"chaos-1": {RID: "chaos-1", Upstreams: []string{"a"}},
+		"chaos-2": {RID: "chaos-2", Upstreams: []string{"a", "b"}, UStatuses: []string{"504", "201"}},
+		// chaos-3 reached the instances under an id the gateway made up.
+		"3f2a9c": {RID: "3f2a9c", Upstreams: []string{"b"}},
+	}
+	c := &checker{events: events, gatewayLog: log}
+	c.checkGateway()
+	expectOnly(t, c, "gateway_keeps_request_id", 1)
+	expectDetail(t, c, "gateway_keeps_request_id", "#3", "chaos-3", "not in the gateway's log")
+	if r := c.results[0]; r.Checked != 3 || r.Invariant == "" {
+		t.Errorf("result %+v, want 3 deliveries checked", r)
+	}
+
+	log["chaos-3"] = gatewayLine{RID: "chaos-3", Upstreams: []string{"b"}}
+	c = &checker{events: events, gatewayLog: log}
+	c.checkGateway()
+	expectOnly(t, c, "gateway_keeps_request_id", 0)
+
+	c = &checker{events: events}
+	c.checkGateway()
+	if len(c.results) != 0 {
+		t.Errorf("without a gateway log: results %+v, want none", c.results)
+	}
+}
+
+// TestCheckerNamesTheGatewaysDoubleExecution: the gateway timed out on a POST and sent it to
+// the next instance (I11); had both instances executed it, the key would have two executed
+// answers, and replays_byte_identical names the key and shows the gateway's retry in its
+// evidence.
+func TestCheckerNamesTheGatewaysDoubleExecution(t *testing.T) {
+	first := answer("order", "u1", "order-k-gateway-1", 201, "executed", `{"order_id":"1900000000000000007"}`)
+	first.Seq, first.Inst, first.ReqID = 1, 1, "chaos-1"
+	retry := answer("order", "u1", "order-k-gateway-1", 201, "executed", `{"order_id":"1900000000000000008"}`)
+	retry.Seq, retry.Inst, retry.ReqID, retry.Via, retry.GatewayRetry = 2, 2, "chaos-2", "127.0.0.1:1, 127.0.0.1:2", true
+	c := &checker{events: []*event{first, retry,
+		{Seq: 3, Kind: kindGateway, Op: "gateway_retry", ReqID: "chaos-2", Method: "POST", Path: "/v1/orders", Status: 201,
+			Detail: "POST /v1/orders (request id chaos-2) sent to 127.0.0.1:1, 127.0.0.1:2, answered 504, 201"}}}
+	if err := c.checkReplays(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	expectOnly(t, c, "replays_byte_identical", 2) // executed twice, and two different answers
+	expectDetail(t, c, "replays_byte_identical", "order-k-gateway-1", "executed 2 times")
+	found := false
+	for _, l := range c.violations[0].History {
+		found = found || strings.Contains(l, "gateway retry via 127.0.0.1:1, 127.0.0.1:2")
+	}
+	if !found {
+		t.Errorf("the violation's history %q does not show the gateway's retry", c.violations[0].History)
+	}
+}
+
+// TestCheckerNamesTwoHoldersAfterAFailover: a Redis master was killed (or a replica forced to
+// take over) and the promoted replica granted a payment's lease again (I15); had the dedup
+// record not fenced the second holder, its key would have two executed answers from two
+// instances, and the checker names it — for both failover faults.
+func TestCheckerNamesTwoHoldersAfterAFailover(t *testing.T) {
+	for _, fault := range redisClusterFaults {
+		t.Run(fault, func(t *testing.T) {
+			holder := answer("pay", "u1", "pay-k-failover-1", 201, "executed", `{"trade_no":"T-1"}`)
+			holder.Seq, holder.Inst = 1, 1
+			second := answer("pay", "u1", "pay-k-failover-1", 201, "executed", `{"trade_no":"T-1"}`)
+			second.Seq, second.Inst = 3, 2
+			c := &checker{events: []*event{holder, {Seq: 2, Kind: kindFault, Op: fault, Detail: "the lease's master failed over"}, second}}
+			if err := c.checkReplays(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			expectOnly(t, c, "replays_byte_identical", 1)
+			expectDetail(t, c, "replays_byte_identical", "pay-k-failover-1", "executed 2 times")
+		})
+	}
+}
