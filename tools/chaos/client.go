@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -17,9 +18,9 @@ import (
 // refund, a recharge — is retried by oncepay's Go client (package client), as a merchant's
 // program would retry it: one Idempotency-Key for every attempt, the same bytes, exponential
 // backoff with jitter, the Retry-After of a 409 in_progress or a 503 honoured, a total
-// deadline. Underneath it, the run's own transport sends each attempt to a random instance
-// and records it in the history exactly as deliver records a delivery, so the checker sees
-// every attempt. The channel's reports keep settle: a channel is not a merchant.
+// deadline. Underneath it, the run's own transport sends each attempt the way deliver sends a
+// copy (through the gateway) and records it in the history exactly as deliver records a
+// delivery, so the checker sees every attempt. The channel's reports keep settle: a channel is not a merchant.
 
 // The client's retry schedule: settle's (settleBackoff), so that a write and a report met by
 // one fault come back alike.
@@ -31,14 +32,14 @@ const (
 
 // write delivers a user write until its answer is final: first copies copies at once to
 // distinct instances (fanout: the same request arriving by several paths), then oncepay's
-// client retries it under its key, each attempt to a random instance, until settleTimeout. It
+// client retries it under its key, each attempt through the gateway, until settleTimeout. It
 // returns the final answer's event, or nil when none came.
 func (wl *workload) write(ctx context.Context, c call, copies int) *event {
 	if e := wl.fanout(ctx, c, copies); e != nil {
 		return e
 	}
 	cl, err := oncepay.New(oncepay.Config{
-		// The host is a placeholder: spread sends each attempt to an instance of its choosing.
+		// The host is a placeholder: spread sends each attempt on as deliver sends a copy.
 		BaseURL: "http://oncepay.chaos", APIKey: c.bearer, Transport: spread{wl},
 		AttemptTimeout: clientTimeout, Deadline: settleTimeout,
 		InitialBackoff: clientFirstPause, MaxBackoff: clientMaxPause, JitterPercent: clientJitter,
@@ -82,21 +83,32 @@ func (wc *writeCall) lastEvent() *event {
 	return wc.last
 }
 
-// spread is the client's transport: every attempt goes to a random instance, through the
-// workload's own HTTP transport, and is recorded in the history like a delivery.
+// spread is the client's transport. Every attempt goes where deliver sends a copy — through
+// the gateway, which picks an instance in turn, or, in a world without one (tests), to a random
+// instance — under an X-Request-Id of its own, by which annotateGateway finds it in nginx's log;
+// it is recorded in the history like a delivery. The client's own request id, the same on
+// every attempt of a write, is replaced: the run joins each delivery to the log by its id.
 type spread struct{ wl *workload }
 
-// RoundTrip sends req to a random instance and records the attempt.
+// RoundTrip sends req on and records the attempt.
 func (s spread) RoundTrip(req *http.Request) (*http.Response, error) {
 	wl := s.wl
-	inst := wl.randomInst()
-	base, err := url.Parse(wl.w.insts[inst-1].base)
+	e := &event{Kind: kindHTTP, Method: req.Method, Path: req.URL.Path,
+		ReqID: fmt.Sprintf("chaos-%d-%s", wl.deliveries.Add(1), randomHex(4))}
+	target := ""
+	if wl.w.gw != nil {
+		target = wl.w.gw.base()
+	} else {
+		e.Inst = wl.randomInst()
+		target = wl.w.insts[e.Inst-1].base
+	}
+	base, err := url.Parse(target)
 	if err != nil {
 		return nil, err
 	}
 	out := req.Clone(req.Context())
 	out.URL.Scheme, out.URL.Host, out.Host = base.Scheme, base.Host, ""
-	e := &event{Kind: kindHTTP, Inst: inst, Method: req.Method, Path: req.URL.Path}
+	out.Header.Set("X-Request-Id", e.ReqID)
 	wc, _ := req.Context().Value(writeCallKey{}).(*writeCall)
 	if wc != nil {
 		e.Op, e.User, e.Key, e.Req = wc.c.op, wc.c.user, wc.c.key, string(wc.c.body)
@@ -105,7 +117,6 @@ func (s spread) RoundTrip(req *http.Request) (*http.Response, error) {
 	if k := req.Header.Get(oncepay.HeaderKey); k != "" {
 		e.Key = k
 	}
-	wl.deliveries.Add(1)
 	start := time.Now()
 	defer func() {
 		e.Ms = float64(time.Since(start).Microseconds()) / 1000

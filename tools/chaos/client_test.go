@@ -60,6 +60,9 @@ func TestWriteRetriesWithTheClient(t *testing.T) {
 	if len(events) != 2 || events[0].Err == "" || events[1] != e || events[0].Key != idem || events[1].Key != idem || events[1].Op != "order" || events[1].Inst != 1 {
 		t.Fatalf("deliveries %s: want the lost one, then the client's retry under the same key", lines(events))
 	}
+	if events[0].ReqID == "" || events[1].ReqID == "" || events[0].ReqID == events[1].ReqID {
+		t.Errorf("request ids %q and %q: want one of its own per delivery, for the gateway's log", events[0].ReqID, events[1].ReqID)
+	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the write took %s", took)
 	}
