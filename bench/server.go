@@ -26,7 +26,7 @@ func init() {
 	extraVariants = append(extraVariants,
 		variant{name: "server-orders-unguarded", baseline: "bare", start: startServerUnguarded},
 		variant{name: "server-orders", baseline: "bare", start: startServerOrders},
-		variant{name: "server-orders-replay", baseline: "bare", start: startServerReplay},
+		variant{name: "server-orders-replay", baseline: "floor-replay", start: startServerReplay},
 	)
 }
 
