@@ -128,7 +128,7 @@ var userWrites = []string{"order", "pay", "cancel", "refund", "recharge"}
 func (c *checker) run(ctx context.Context) error {
 	steps := []func(context.Context) error{
 		c.checkReplays, c.checkRecords, c.checkOrders, c.checkRefundRows, c.checkRecharges, c.checkPayments, c.checkStock,
-		c.checkBalances, c.checkRefunds, c.checkLeases, c.checkOutbox,
+		c.checkBalances, c.checkRefunds, c.checkLeases, c.checkOutbox, c.checkEvents,
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
@@ -735,6 +735,66 @@ func (c *checker) checkOutbox(ctx context.Context) error {
 		vs = append(vs, fmt.Sprintf("%d of %d outbox events are not published", pending, total))
 	}
 	c.add("outbox_published", "every order event of the outbox reached Kafka", total, vs)
+	return nil
+}
+
+// orderEventStatus is the status an order must have for each of its events to have happened:
+// an order.paid event of an order that is not PAID or REFUNDED announced a payment that
+// rolled back.
+var orderEventStatus = map[string][]string{
+	"order.paid":      {"PAID", "REFUNDED"},
+	"order.cancelled": {"CANCELLED"},
+	"order.closed":    {"CLOSED"},
+	"order.refunded":  {"REFUNDED"},
+}
+
+// checkEvents: the merchant's events (webhooks and the events API) announce committed changes
+// only, each once (I17): every order event names an order that exists, in a status the event
+// leads to, and no order has two events of one type.
+func (c *checker) checkEvents(ctx context.Context) error {
+	orders, err := c.orders(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := c.db.QueryContext(ctx, `SELECT CAST(id AS CHAR), type, payload FROM events WHERE type LIKE 'order.%'`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var vs []string
+	seen := map[[2]string]string{}
+	n := 0
+	for rows.Next() {
+		var id, typ string
+		var payload []byte
+		if err := rows.Scan(&id, &typ, &payload); err != nil {
+			return err
+		}
+		n++
+		var ev struct {
+			Data struct {
+				OrderID string `json:"order_id"`
+			} `json:"data"`
+		}
+		_ = json.Unmarshal(payload, &ev)
+		o, ok := orders[ev.Data.OrderID]
+		switch {
+		case !ok:
+			vs = append(vs, fmt.Sprintf("event %s (%s) announces order %q, which does not exist: a change that rolled back", id, typ, ev.Data.OrderID))
+			continue
+		case orderEventStatus[typ] != nil && !slices.Contains(orderEventStatus[typ], o.status):
+			vs = append(vs, fmt.Sprintf("event %s (%s) announces order %s, which is %s", id, typ, ev.Data.OrderID, o.status))
+		}
+		key := [2]string{ev.Data.OrderID, typ}
+		if first, dup := seen[key]; dup {
+			vs = append(vs, fmt.Sprintf("order %s has two %s events, %s and %s", ev.Data.OrderID, typ, first, id))
+		}
+		seen[key] = id
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	c.add("events_announce_commits", "every order event names a committed change, once", n, vs)
 	return nil
 }
 

@@ -24,7 +24,7 @@ var knownChecks = []string{
 	"replays_byte_identical", "acknowledged_durable", "orders_exactly_once", "refunds_exactly_once",
 	"recharges_exactly_once", "payments_exactly_once", "stock_conserved", "balance_equals_ledger",
 	"refunds_match_channel", "no_key_left_in_progress", "outbox_published", "kafka_consumed", "no_500",
-	"instances_survive",
+	"instances_survive", "events_announce_commits",
 }
 
 // answer is one HTTP answer of the history.
@@ -366,7 +366,7 @@ func (w *dbWorld) exec(t *testing.T, queries ...string) {
 // reset empties the tables and the run's Redis keys and writes the consistent world.
 func (w *dbWorld) reset(t *testing.T) {
 	t.Helper()
-	for _, table := range []string{"users", "accounts", "inventory", "orders", "order_items", "payments", "recharges", "account_ledger", "idempotency_records", "outbox", "anomalies", "trades", "refunds"} {
+	for _, table := range []string{"users", "accounts", "inventory", "orders", "order_items", "payments", "recharges", "account_ledger", "idempotency_records", "outbox", "events", "anomalies", "trades", "refunds"} {
 		w.exec(t, "DELETE FROM "+table)
 	}
 	ctx := context.Background()
@@ -613,6 +613,14 @@ func TestCheckerDatabase(t *testing.T) {
 		{"unpublished outbox event", func(t *testing.T, c *checker) {
 			w.exec(t, `INSERT INTO outbox (id, topic, msg_key, payload, request_id, created_at) VALUES (9902, 'order.events', '5002', '{}', 'req-o2', NOW(6))`)
 		}, "outbox_published", 1, []string{"1 of 2"}},
+		{"event of an order that rolled back", func(t *testing.T, c *checker) {
+			w.exec(t, `INSERT INTO events (id, type, payload, request_id, created_at) VALUES (9903, 'order.created', '{"data":{"order_id":"5999"}}', 'req-e1', NOW(6))`)
+		}, "events_announce_commits", 1, []string{"event 9903", "5999", "does not exist"}},
+		{"paid event of an unpaid order, twice", func(t *testing.T, c *checker) {
+			w.exec(t, `INSERT INTO events (id, type, payload, request_id, created_at) VALUES
+				(9904, 'order.paid', '{"data":{"order_id":"5002"}}', 'req-e2', NOW(6)),
+				(9905, 'order.paid', '{"data":{"order_id":"5002"}}', 'req-e3', NOW(6))`)
+		}, "events_announce_commits", 3, []string{"order 5002", "two order.paid events"}},
 		{"acknowledged answer differs from its record", func(t *testing.T, c *checker) {
 			w.exec(t, `UPDATE idempotency_records SET response_body = '{"recharge_id":"7001","amount":5000,"status":"SUCCEEDED"}' WHERE biz_key = 'recharge-1'`)
 		}, "acknowledged_durable", 1, []string{"chaos-01 key recharge-1", "acknowledged 201"}},
