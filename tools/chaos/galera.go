@@ -168,8 +168,37 @@ type nodeView struct {
 	Err       string
 }
 
-// galeraViews reads every node's view.
+// galeraViews reads every node's view, again up to twice 2 s later while the nodes disagree:
+// the nodes are read one after another, and a job's commit between two reads (the
+// instances' jobs keep their schedules) must not pass for a lost one.
 func (w *world) galeraViews(ctx context.Context) []nodeView {
+	var views []nodeView
+	for range 3 {
+		if views = w.readGaleraViews(ctx); viewsAgree(views) {
+			break
+		}
+		sleepCtx(ctx, 2*time.Second)
+	}
+	return views
+}
+
+// viewsAgree reports whether every node is readable and holds node 1's checksums.
+func viewsAgree(views []nodeView) bool {
+	for _, v := range views {
+		if v.Err != "" || len(v.Sums) != len(views[0].Sums) {
+			return false
+		}
+		for t, sum := range views[0].Sums {
+			if v.Sums[t] != sum {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// readGaleraViews reads every node's view once.
+func (w *world) readGaleraViews(ctx context.Context) []nodeView {
 	c := w.galera.cluster
 	var views []nodeView
 	for _, node := range c.Nodes() {

@@ -66,3 +66,20 @@ func TestGaleraRotation(t *testing.T) {
 		t.Errorf("rotation on Galera has %d faults, want %d", len(got), len(allFaults)+1)
 	}
 }
+
+// TestViewsAgree: the re-read of the nodes stops once they agree, and not before.
+func TestViewsAgree(t *testing.T) {
+	v := views()
+	if !viewsAgree(v) {
+		t.Error("three alike views do not agree")
+	}
+	v[2].Sums["orders"] = "0"
+	if viewsAgree(v) {
+		t.Error("views with one checksum apart agree")
+	}
+	v = views()
+	delete(v[1].Sums, "payments")
+	if viewsAgree(v) {
+		t.Error("views with a table missing on one node agree")
+	}
+}
