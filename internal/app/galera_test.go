@@ -19,7 +19,9 @@ import (
 	"github.com/oncepay/oncepay/idempotent/mysqlerr"
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/database"
+	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/testsupport/galera"
@@ -147,6 +149,8 @@ func TestGalera(t *testing.T) {
 	t.Run("a hot stock row from three nodes", func(t *testing.T) { galeraHotRow(t, w, alice) })
 
 	t.Run("redis down: the record is the fence", func(t *testing.T) { galeraRedisDown(t, w) })
+
+	t.Run("an order's lock holds across the nodes", func(t *testing.T) { galeraOrderLock(t, w) })
 
 	t.Run("a payment report on another node right after the commit", func(t *testing.T) {
 		item := apptest.Item{SKU: "SKU-1001", Quantity: 1}
@@ -398,4 +402,71 @@ func galeraRedisDown(t *testing.T, w *galeraWorld) {
 	}
 	t.Logf("300 copies with Redis down in %s: outcomes %v, the work ran %d times, the guards reran %d transactions; %s",
 		time.Since(start).Round(time.Millisecond), outcomes, runs.Load(), counterValue(t, reg, "idempotency_tx_retries_total"), w.aborts(t).since(was))
+}
+
+// galeraOrderLock runs two transactions at once, on node 1 and node 2, that each lock one
+// order, then — both holding their lock — write a row of their own and commit: "lock the
+// order, then decide", as a refund does. With a locking read (SELECT … FOR UPDATE) both
+// commit: the lock is local to its node and never certified, the write skew the chaos run on
+// Galera found (two partial refunds each counting only itself). With order.Store.Lock, a
+// write, the second to commit loses certification with 1213, which the guard reruns.
+func galeraOrderLock(t *testing.T, w *galeraWorld) {
+	o := w.servers[0].CreateOrder(t, apptest.AliceKey, "galera-lock-"+apptest.RandHex(3), apptest.Item{SKU: "SKU-1001", Quantity: 1})
+	id, ok := ids.Parse(o.OrderID)
+	if !ok {
+		t.Fatalf("order id %q", o.OrderID)
+	}
+	if err := w.pools[0].Exec("CREATE TABLE decisions (id BIGINT PRIMARY KEY)").Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		lock       func(ctx context.Context, tx *gorm.DB) error
+		bothCommit bool
+	}{
+		{"a locking read", func(ctx context.Context, tx *gorm.DB) error {
+			_, err := order.Store{}.Current(ctx, tx, id)
+			return err
+		}, true},
+		{"order.Store.Lock", func(ctx context.Context, tx *gorm.DB) error { return order.Store{}.Lock(ctx, tx, id) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var locked sync.WaitGroup
+			locked.Add(2)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for i := range 2 {
+				wg.Go(func() {
+					errs[i] = w.pools[i].Transaction(func(tx *gorm.DB) error {
+						err := tc.lock(context.Background(), tx)
+						locked.Done()
+						if err != nil {
+							return err
+						}
+						locked.Wait() // both hold their node's lock
+						return tx.Exec("INSERT INTO decisions VALUES (?)", time.Now().UnixNano()).Error
+					})
+				})
+			}
+			wg.Wait()
+			committed, aborted := 0, 0
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					committed++
+				case mysqlerr.Classify(err) == idempotent.ErrorAborted:
+					aborted++
+				default:
+					t.Errorf("unexpected error: %v", err)
+				}
+			}
+			if tc.bothCommit && committed != 2 {
+				t.Errorf("%s on two nodes: %d committed, %d aborted; Galera certified the locking read after all (want both committed)", tc.name, committed, aborted)
+			}
+			if !tc.bothCommit && (committed != 1 || aborted != 1) {
+				t.Errorf("%s on two nodes: %d committed, %d aborted; want one each", tc.name, committed, aborted)
+			}
+			t.Logf("%s on node 1 and node 2 at once: %d committed, %d aborted (1213)", tc.name, committed, aborted)
+		})
+	}
 }

@@ -13,6 +13,9 @@ import (
 // was paid whatever the concurrency. Another status is ErrIllegalState; another user's order
 // is ErrNotFound.
 func (s *Service) LockPaid(ctx context.Context, tx *gorm.DB, userID, id int64) (Order, error) {
+	if err := s.orders.Lock(ctx, tx, id); err != nil {
+		return Order{}, err
+	}
 	o, err := s.orders.Current(ctx, tx, id)
 	switch {
 	case err != nil:

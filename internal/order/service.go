@@ -223,6 +223,9 @@ func (s *Service) Pay(ctx context.Context, tx *gorm.DB, id int64, channel, trade
 // its row under this lock, and a cancel changes the same row, so that whichever commits
 // second sees the other (payment.Trades.Open and CheckCancel).
 func (s *Service) LockPayable(ctx context.Context, tx *gorm.DB, userID, id int64) (Order, error) {
+	if err := s.orders.Lock(ctx, tx, id); err != nil {
+		return Order{}, err
+	}
 	o, err := s.orders.Current(ctx, tx, id)
 	switch {
 	case err != nil:
@@ -235,6 +238,12 @@ func (s *Service) LockPayable(ctx context.Context, tx *gorm.DB, userID, id int64
 			id, o.Status, o.ExpiresAt.UTC().Format(time.RFC3339), PendingPayment)
 	}
 	return o, nil
+}
+
+// Lock takes order id's row lock in tx, certified across the nodes of a Galera cluster
+// (Store.Lock), or reports ErrNotFound.
+func (s *Service) Lock(ctx context.Context, tx *gorm.DB, id int64) error {
+	return s.orders.Lock(ctx, tx, id)
 }
 
 // Lookup returns order id whoever owns it, for the payment path, read on db: the

@@ -126,15 +126,10 @@ func (s *Reports) kept(kind string, rf Refund, r notify.Report, detail string) *
 	return &anomaly.Anomaly{Kind: kind, OrderID: rf.OrderID, RechargeID: rf.RechargeID, Channel: r.Channel, Space: "refund", TradeNo: r.Number, Amount: r.Amount, Detail: detail}
 }
 
-// lockOrder takes the row lock of order id in tx (a no-op read on SQLite, whose write
-// transactions are serialized already).
+// lockOrder takes the row lock of order id in tx — a write, so that two reports on two nodes
+// of a Galera cluster conflict too (order.Store.Lock).
 func (s *Reports) lockOrder(ctx context.Context, tx *gorm.DB, id int64) error {
-	var locked struct{ ID int64 }
-	err := database.ForUpdate(tx.WithContext(ctx)).Model(&order.Order{}).Select("id").Where("id = ?", id).Take(&locked).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return order.ErrNotFound
-	}
-	return err
+	return s.orders.Lock(ctx, tx, id)
 }
 
 // completeOrder moves the order to REFUNDED once its SUCCEEDED refunds reach its amount.

@@ -36,17 +36,17 @@ type faulter struct {
 	counts map[string]int
 }
 
-// run injects one fault after another, every f.every, rotating through allFaults in a
+// run injects one fault after another, every f.every, rotating through f.rotation() in a
 // shuffled order so that every kind comes up once per round, until ctx ends.
 func (f *faulter) run(ctx context.Context) {
 	sleepCtx(ctx, f.every/2)
 	for ctx.Err() == nil {
-		order := mrand.Perm(len(allFaults))
-		for _, i := range order {
+		faults := f.rotation()
+		for _, i := range mrand.Perm(len(faults)) {
 			if ctx.Err() != nil {
 				return
 			}
-			f.inject(ctx, allFaults[i])
+			f.inject(ctx, faults[i])
 			sleepCtx(ctx, f.every)
 		}
 	}
@@ -81,6 +81,9 @@ func (f *faulter) record(kind, detail string, err error) {
 // on for a while in the background.
 func (f *faulter) inject(ctx context.Context, kind string) {
 	f.count(kind)
+	if f.injectGalera(ctx, kind) {
+		return
+	}
 	// Restarts use a context of their own: a fault that began must heal, even when the run
 	// is being stopped.
 	heal := context.WithoutCancel(ctx)

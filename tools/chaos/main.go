@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/channelsim"
+	"github.com/oncepay/oncepay/internal/testsupport/galera"
 )
 
 // Run is the whole program (tools/cmd/chaos is its main): the exit status, and an error that
@@ -62,6 +63,7 @@ type options struct {
 	bin     string
 	cluster bool
 	keep    bool
+	galera  galeraOptions
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -72,6 +74,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	bin := fs.String("oncepay", "bin/oncepay", "the oncepay binary to run three times")
 	cluster := fs.Bool("redis-cluster", false, "run Redis as a local cluster of three masters and three replicas instead of one server, and fail masters over")
 	keep := fs.Bool("keep", false, "keep the MariaDB data directory after the run (it is deleted otherwise)")
+	var g galeraOptions
+	fs.BoolVar(&g.on, "galera", false, "run MariaDB as a three-node Galera cluster (galera-4), each instance on its own node, with node kills and partitions in place of kill_mariadb")
+	fs.IntVar(&g.port, "galera-port", 4401, "with -galera: node 1's MySQL port; node i's ports are port+i-1, +10 (replication), +20 (IST), +30 (SST)")
+	fs.IntVar(&g.syncWait, "galera-sync-wait", 1, "with -galera: the instances' ONCEPAY_MYSQL_WSREP_SYNC_WAIT (1 is oncepay's default, 0 MariaDB's)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -79,13 +85,18 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if !ok {
 		return options{}, fmt.Errorf("-mode %q: use short or full", *m)
 	}
-	o := options{mode: md, out: *out, bin: *bin, cluster: *cluster, keep: *keep}
+	o := options{mode: md, out: *out, bin: *bin, cluster: *cluster, keep: *keep, galera: g}
 	if o.out == "" {
 		o.out = filepath.Join("chaos-out", md.name+"-"+time.Now().UTC().Format("20060102-150405"))
 	}
 	for _, tool := range []string{"mariadb-install-db", "mariadbd", "redis-server", "redis-cli", "nginx"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return options{}, fmt.Errorf("%s is not on PATH: the chaos run starts private MariaDB and Redis servers and an nginx gateway (Debian: apt-get install mariadb-server redis-server nginx)", tool)
+		}
+	}
+	if o.galera.on {
+		if err := galera.Available(); err != nil {
+			return options{}, fmt.Errorf("-galera: %w", err)
 		}
 	}
 	if _, err := os.Stat(o.bin); err != nil {
@@ -101,6 +112,7 @@ const lockTTL = 2 * time.Second
 type summary struct {
 	Mode         string         `json:"mode"`
 	RedisCluster bool           `json:"redis_cluster"`
+	Galera       *galeraSummary `json:"galera,omitempty"`
 	Seconds      float64        `json:"seconds"`
 	Deliveries   int64          `json:"deliveries"`
 	ByOp         map[string]int `json:"deliveries_by_op"`
@@ -142,11 +154,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	}
 	defer h.close()
 
-	fmt.Fprintf(stdout, "chaos %s: starting a private MariaDB, Redis%s, Kafka, the channel simulator and 3 oncepay instances (in %s)\n",
-		opts.mode.name, map[bool]string{true: " cluster (3 masters, 3 replicas)", false: ""}[opts.cluster], dir)
+	fmt.Fprintf(stdout, "chaos %s: starting a private MariaDB%s, Redis%s, Kafka, the channel simulator and 3 oncepay instances (in %s)\n",
+		opts.mode.name, map[bool]string{true: " Galera cluster (3 nodes)", false: ""}[opts.galera.on], map[bool]string{true: " cluster (3 masters, 3 replicas)", false: ""}[opts.cluster], dir)
 	w, err := startWorld(ctx, worldOptions{
 		dir: dir, oncepayBin: opts.bin, instances: 3, redisCluster: opts.cluster,
-		lockTTL: lockTTL, orderTTL: 12 * time.Second, slowPayment: lockTTL + time.Second,
+		lockTTL: lockTTL, orderTTL: 12 * time.Second, slowPayment: lockTTL + time.Second, galera: opts.galera,
 	})
 	if err != nil {
 		return 2, err
@@ -155,6 +167,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	defer func() {
 		w.close()
 		copyLogs(dir, opts.out)
+		copyGaleraLogs(dir, opts.out)
 	}()
 	h.note("world started")
 
@@ -247,6 +260,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	if err := c.run(ctx); err != nil {
 		return 2, fmt.Errorf("check: %w", err)
 	}
+	if w.galera != nil {
+		c.checkGaleraNodes(w.galeraViews(ctx))
+	}
 	if v, err := reconcileBills(ctx, w, wl); err != nil {
 		return 2, err
 	} else {
@@ -254,6 +270,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	}
 
 	s := summarize(opts, c, h.snapshot(), f.snapshot(), wl.deliveries.Load(), trafficSecs, settleSecs)
+	s.Galera = w.galeraSummary(ctx)
 	if err := writeJSON(filepath.Join(opts.out, "summary.json"), s); err != nil {
 		return 2, err
 	}
@@ -278,6 +295,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 // event unpublished, no Kafka message unconsumed.
 func settle(ctx context.Context, w *world, wl *workload, db *sql.DB, progress io.Writer) error {
 	start := time.Now()
+	if err := w.healGalera(ctx); err != nil {
+		return err
+	}
 	for _, in := range w.insts {
 		in.signal(syscall.SIGCONT)
 		if !in.running() {
@@ -417,6 +437,9 @@ func printSummary(w io.Writer, s summary, out string) {
 	fmt.Fprintf(w, "\n%d deliveries in %.0fs (settled in %.0fs); faults: %v; gateway retries: %d\n", s.Deliveries, s.Seconds, s.SettleSecs, s.Faults, s.GatewayRetries)
 	fmt.Fprintf(w, "orders by status: %v; channel trades paid: %d; channel refunds: %d\n", s.Orders, s.ChannelPaid, s.Refunds)
 	fmt.Fprintf(w, "answers by Idempotency-Outcome: %v\n", s.ByOutcome)
+	if g := s.Galera; g != nil {
+		fmt.Fprintf(w, "galera: wsrep_sync_wait=%d, %d certification failures, %d brute-force aborts, nodes back in sync in %v\n", g.SyncWait, g.CertFailures, g.BFAborts, g.Rejoins)
+	}
 	for _, c := range s.Checks {
 		mark := "ok  "
 		if c.Violations > 0 {

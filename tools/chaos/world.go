@@ -41,6 +41,8 @@ type world struct {
 	users   []user
 	// clustered is set once the Redis nodes were joined into a cluster.
 	clustered bool
+	// galera, with -galera, is the three-node cluster that stands for mariadb (galera.go).
+	galera *galeraWorld
 
 	// secret and adminKey are fresh for every run: oncepay refuses the dev-* defaults on a
 	// real database.
@@ -178,6 +180,8 @@ type worldOptions struct {
 	// slowPayment is ONCEPAY_CHAOS_PAYMENT_DELAY on the last instance: its payments hold
 	// their lock longer than the lock's TTL, so only the watchdog keeps it.
 	slowPayment time.Duration
+	// galera runs the database as a three-node Galera cluster (galera.go).
+	galera galeraOptions
 }
 
 // startWorld starts every part in dependency order. On error it tears down what it started.
@@ -188,7 +192,12 @@ func startWorld(ctx context.Context, opts worldOptions) (_ *world, err error) {
 			w.close()
 		}
 	}()
-	if err := w.startMariaDB(ctx); err != nil {
+	if opts.galera.on {
+		err = w.startGalera(ctx, opts.galera)
+	} else {
+		err = w.startMariaDB(ctx)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := w.startRedis(ctx, opts.redisCluster); err != nil {
@@ -231,6 +240,9 @@ func startWorld(ctx context.Context, opts worldOptions) (_ *world, err error) {
 
 // mariadbPort is the private server's port, kept for restarts.
 func (w *world) mysqlDSN(db string) string {
+	if w.galera != nil {
+		return w.galeraDSN(1, db)
+	}
 	return fmt.Sprintf("root:@tcp(%s)/%s?parseTime=true&loc=UTC&timeout=2s&readTimeout=10s&writeTimeout=10s", w.mariadb.addr(), db)
 }
 
@@ -372,7 +384,7 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 	env := []string{
 		"ONCEPAY_HTTP_ADDR=" + addr,
 		"ONCEPAY_NODE_ID=" + strconv.Itoa(n),
-		"ONCEPAY_MYSQL_DSN=" + w.mysqlDSN("oncepay"),
+		"ONCEPAY_MYSQL_DSN=" + w.instanceDSN(n),
 		"ONCEPAY_REDIS_ADDR=" + w.redisAddrs(),
 		"ONCEPAY_KAFKA_BROKERS=" + strings.Join(w.kafka.Brokers, ","),
 		"ONCEPAY_CHANNEL_URL=" + w.simURL,
@@ -390,6 +402,7 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 		"ONCEPAY_CHANNEL_TIMEOUT=1s",
 		"ONCEPAY_CHANNEL_RETRIES=2",
 	}
+	env = append(env, w.instanceEnv()...)
 	if n == opts.instances && opts.slowPayment > 0 {
 		env = append(env, "ONCEPAY_CHAOS_PAYMENT_DELAY="+opts.slowPayment.String())
 	}
@@ -438,6 +451,9 @@ func (w *world) close() {
 	}
 	if w.mariadb != nil {
 		w.mariadb.kill()
+	}
+	if w.galera != nil {
+		w.galera.cluster.Stop()
 	}
 }
 
