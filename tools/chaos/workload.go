@@ -98,8 +98,11 @@ func (wl *workload) deliver(ctx context.Context, inst int, c call) *event {
 	if wl.w.gw != nil && !c.direct {
 		base = wl.w.gw.base()
 	} else {
-		// Past the gateway, the instance is known now, and no gateway log has the id.
-		e.Inst, e.ReqID = inst, ""
+		e.Inst = inst
+		if wl.w.gw != nil {
+			// Past the gateway: no gateway log will have the id.
+			e.ReqID = ""
+		}
 	}
 	start := time.Now()
 	defer func() {
