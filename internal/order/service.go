@@ -38,7 +38,24 @@ type Service struct {
 
 // NewService returns the order service. Unpaid orders expire after ttl.
 func NewService(db *gorm.DB, gen *ids.Generator, stock *inventory.Movements, events *outbox.Writer, ttl time.Duration) *Service {
-	return &Service{db: db, ids: gen, stock: stock, events: events, ttl: ttl}
+	return &Service{db: db, ids: gen, orders: Store{writeLock: certifiedLocks(db)}, stock: stock, events: events, ttl: ttl}
+}
+
+// certifiedLocks reports whether db is a MariaDB Galera node, whose row locks must be writes
+// to be certified across the cluster (Store.Lock). When the server cannot be asked, it says
+// yes: a write lock is correct on every server, a locking read is not on Galera.
+func certifiedLocks(db *gorm.DB) bool {
+	if database.DialectOf(db) != database.MySQL {
+		return false
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	galera, err := database.IsGalera(ctx, sqlDB)
+	return err != nil || galera
 }
 
 // Line is one requested SKU and quantity.

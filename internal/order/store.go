@@ -12,7 +12,11 @@ import (
 
 // Store reads and writes orders. Writes take the transaction they belong to; reads take the
 // connection to read from (a transaction, or the pool).
-type Store struct{}
+type Store struct {
+	// writeLock makes Lock a write instead of a locking read: on a Galera cluster, where a
+	// locking read is never certified (Lock).
+	writeLock bool
+}
 
 // Get returns order id with its items, or ErrNotFound.
 func (Store) Get(ctx context.Context, db *gorm.DB, id int64) (Order, error) {
@@ -45,33 +49,36 @@ func get(ctx context.Context, db *gorm.DB, id int64, current bool) (Order, error
 
 // Lock takes order id's row lock in tx before a decision that depends on the order — a
 // refund counted against what was paid, a refund that completes the order, a trade opened on
-// it — or reports ErrNotFound. On MySQL it is a write (updated_at moves on by a microsecond
-// at least), not a locking read: on one server both take the same exclusive lock, but on a
-// MariaDB Galera cluster a SELECT … FOR UPDATE locks the row on its own node only and is never
-// certified, so two transactions on two nodes that each lock the order and then decide both
-// commit — write skew: two partial refunds reported at once on two nodes each counted only
-// itself and left a refunded order PAID (found by the chaos run on Galera, issue 21). A written
-// row is in the write set: the second to commit loses certification (1213), and the guard runs
-// it again, now seeing the first. SQLite serializes write transactions already: there it only
-// checks that the order exists.
-func (Store) Lock(ctx context.Context, tx *gorm.DB, id int64) error {
+// it — or reports ErrNotFound.
+//
+// On one MySQL server it is a locking read (SELECT … FOR UPDATE), which changes nothing: a
+// duplicate report that finds its decision taken leaves the order as it was (the fences of
+// docs/incidents.md, I13, compare every row). On a MariaDB Galera cluster (writeLock) it is a
+// write — updated_at moves on by a microsecond at least — because a locking read there locks
+// the row on its own node only and is never certified: two transactions on two nodes that each
+// lock the order and then decide both commit — write skew: two partial refunds reported at once
+// on two nodes each counted only itself and left a refunded order PAID (found by the chaos run
+// on Galera). A written row is in the write set: the second to commit loses certification
+// (1213), and the guard runs it again, now seeing the first. SQLite serializes write
+// transactions already: there it only checks that the order exists.
+func (st Store) Lock(ctx context.Context, tx *gorm.DB, id int64) error {
 	tx = tx.WithContext(ctx)
-	if database.DialectOf(tx) != database.MySQL {
-		var found struct{ ID int64 }
-		err := tx.Model(&Order{}).Select("id").Where("id = ?", id).Take(&found).Error
-		if errors.Is(err, gorm.ErrRecordNotFound) {
+	if database.DialectOf(tx) == database.MySQL && st.writeLock {
+		res := tx.Exec("UPDATE orders SET updated_at = GREATEST(updated_at + INTERVAL 1 MICROSECOND, ?) WHERE id = ?", time.Now().UTC(), id)
+		switch {
+		case res.Error != nil:
+			return res.Error
+		case res.RowsAffected == 0:
 			return ErrNotFound
 		}
-		return err
+		return nil
 	}
-	res := tx.Exec("UPDATE orders SET updated_at = GREATEST(updated_at + INTERVAL 1 MICROSECOND, ?) WHERE id = ?", time.Now().UTC(), id)
-	switch {
-	case res.Error != nil:
-		return res.Error
-	case res.RowsAffected == 0:
+	var found struct{ ID int64 }
+	err := database.ForUpdate(tx).Model(&Order{}).Select("id").Where("id = ?", id).Take(&found).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return ErrNotFound
 	}
-	return nil
+	return err
 }
 
 // Transition moves order id to status to, provided its current status is one of From(to),
