@@ -38,7 +38,7 @@ type Service struct {
 
 // NewService returns the order service. Unpaid orders expire after ttl.
 func NewService(db *gorm.DB, gen *ids.Generator, stock *inventory.Movements, events *outbox.Writer, ttl time.Duration) *Service {
-	return &Service{db: db, ids: gen, orders: Store{writeLock: certifiedLocks(db)}, stock: stock, events: events, ttl: ttl}
+	return &Service{db: db, ids: gen, orders: Store{localLocks: !certifiedLocks(db)}, stock: stock, events: events, ttl: ttl}
 }
 
 // certifiedLocks reports whether db is a MariaDB Galera node, whose row locks must be writes

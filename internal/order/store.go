@@ -13,9 +13,10 @@ import (
 // Store reads and writes orders. Writes take the transaction they belong to; reads take the
 // connection to read from (a transaction, or the pool).
 type Store struct {
-	// writeLock makes Lock a write instead of a locking read: on a Galera cluster, where a
-	// locking read is never certified (Lock).
-	writeLock bool
+	// localLocks lets Lock be a locking read instead of a write: on one server, where a row
+	// lock is the whole server's. The zero value writes, which is correct on every server
+	// (Lock).
+	localLocks bool
 }
 
 // Get returns order id with its items, or ErrNotFound.
@@ -53,7 +54,7 @@ func get(ctx context.Context, db *gorm.DB, id int64, current bool) (Order, error
 //
 // On one MySQL server it is a locking read (SELECT … FOR UPDATE), which changes nothing: a
 // duplicate report that finds its decision taken leaves the order as it was (the fences of
-// docs/incidents.md, I13, compare every row). On a MariaDB Galera cluster (writeLock) it is a
+// docs/incidents.md, I13, compare every row). On a MariaDB Galera cluster (no localLocks) it is a
 // write — updated_at moves on by a microsecond at least — because a locking read there locks
 // the row on its own node only and is never certified: two transactions on two nodes that each
 // lock the order and then decide both commit — write skew: two partial refunds reported at once
@@ -63,7 +64,7 @@ func get(ctx context.Context, db *gorm.DB, id int64, current bool) (Order, error
 // transactions already: there it only checks that the order exists.
 func (st Store) Lock(ctx context.Context, tx *gorm.DB, id int64) error {
 	tx = tx.WithContext(ctx)
-	if database.DialectOf(tx) == database.MySQL && st.writeLock {
+	if database.DialectOf(tx) == database.MySQL && !st.localLocks {
 		res := tx.Exec("UPDATE orders SET updated_at = GREATEST(updated_at + INTERVAL 1 MICROSECOND, ?) WHERE id = ?", time.Now().UTC(), id)
 		switch {
 		case res.Error != nil:
