@@ -277,7 +277,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	rdb := w.redisClient()
 	defer rdb.Close()
 	c := &checker{events: h.snapshot(), db: db, rdb: rdb, state: w.sim.State(), users: w.users, lockTTL: lockTTL, prefix: "oncepay:", exits: map[string]int{},
-		gatewayLog: gatewayLog}
+		gatewayLog: gatewayLog, hooks: hooks}
 	c.kafkaLag, c.dlq, err = kafkaBacklog(ctx, w.kafka.Brokers)
 	if err != nil {
 		return 2, fmt.Errorf("read the consumer group's offsets: %w", err)
