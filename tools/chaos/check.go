@@ -61,6 +61,10 @@ type checker struct {
 	// gatewayLog is the gateway's access log by request id (gateway.go); nil without one.
 	gatewayLog map[string]gatewayLine
 
+	// hooks is what the merchant's receiver saw and what the events API served (receiver.go);
+	// nil skips the webhook checks.
+	hooks *hookView
+
 	// recs and dbOrders are read once, by the first check that needs them.
 	recs     map[[2]string]record
 	dbOrders map[string]dbOrder
@@ -128,7 +132,7 @@ var userWrites = []string{"order", "pay", "cancel", "refund", "recharge"}
 func (c *checker) run(ctx context.Context) error {
 	steps := []func(context.Context) error{
 		c.checkReplays, c.checkRecords, c.checkOrders, c.checkRefundRows, c.checkRecharges, c.checkPayments, c.checkStock,
-		c.checkBalances, c.checkRefunds, c.checkLeases, c.checkOutbox, c.checkEvents,
+		c.checkBalances, c.checkRefunds, c.checkLeases, c.checkOutbox, c.checkEvents, c.checkWebhooks,
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
@@ -748,15 +752,47 @@ var orderEventStatus = map[string][]string{
 	"order.refunded":  {"REFUNDED"},
 }
 
+// resourceEventStatus is the status a refund or a recharge must have for its event to have
+// happened: a refund.succeeded event of a refund that is not SUCCEEDED announced a move that
+// rolled back.
+var resourceEventStatus = map[string]string{
+	"refund.succeeded":   "SUCCEEDED",
+	"refund.failed":      "FAILED",
+	"recharge.succeeded": "SUCCEEDED",
+}
+
 // checkEvents: the merchant's events (webhooks and the events API) announce committed changes
 // only, each once (I17): every order event names an order that exists, in a status the event
-// leads to, and no order has two events of one type.
+// leads to; every refund and recharge event names a refund or recharge that exists in the
+// status the event announces; and no resource has two events of one type.
 func (c *checker) checkEvents(ctx context.Context) error {
 	orders, err := c.orders(ctx)
 	if err != nil {
 		return err
 	}
-	rows, err := c.db.QueryContext(ctx, `SELECT CAST(id AS CHAR), type, payload FROM events WHERE type LIKE 'order.%'`)
+	status := map[string]map[string]string{"refund": {}, "recharge": {}}
+	for kind, q := range map[string]string{
+		"refund":   `SELECT CAST(id AS CHAR), status FROM refunds`,
+		"recharge": `SELECT CAST(id AS CHAR), status FROM recharges`,
+	} {
+		rows, err := c.db.QueryContext(ctx, q)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id, st string
+			if err := rows.Scan(&id, &st); err != nil {
+				rows.Close()
+				return err
+			}
+			status[kind][id] = st
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	rows, err := c.db.QueryContext(ctx, `SELECT CAST(id AS CHAR), type, payload FROM events`)
 	if err != nil {
 		return err
 	}
@@ -773,29 +809,58 @@ func (c *checker) checkEvents(ctx context.Context) error {
 		n++
 		var ev struct {
 			Data struct {
-				OrderID string `json:"order_id"`
+				OrderID    string `json:"order_id"`
+				RefundID   string `json:"refund_id"`
+				RechargeID string `json:"recharge_id"`
 			} `json:"data"`
 		}
 		_ = json.Unmarshal(payload, &ev)
-		o, ok := orders[ev.Data.OrderID]
-		switch {
-		case !ok:
-			vs = append(vs, fmt.Sprintf("event %s (%s) announces order %q, which does not exist: a change that rolled back", id, typ, ev.Data.OrderID))
+		var resource string
+		switch kind, _, _ := strings.Cut(typ, "."); kind {
+		case "order":
+			resource = ev.Data.OrderID
+			o, ok := orders[resource]
+			switch {
+			case !ok:
+				vs = append(vs, fmt.Sprintf("event %s (%s) announces order %q, which does not exist: a change that rolled back", id, typ, resource))
+				continue
+			case orderEventStatus[typ] != nil && !slices.Contains(orderEventStatus[typ], o.status):
+				vs = append(vs, fmt.Sprintf("event %s (%s) announces order %s, which is %s", id, typ, resource, o.status))
+			}
+		case "refund", "recharge":
+			resource = ev.Data.RefundID
+			if kind == "recharge" {
+				resource = ev.Data.RechargeID
+			}
+			st, ok := status[kind][resource]
+			switch {
+			case !ok:
+				vs = append(vs, fmt.Sprintf("event %s (%s) announces %s %q, which does not exist: a change that rolled back", id, typ, kind, resource))
+				continue
+			case st != resourceEventStatus[typ]:
+				vs = append(vs, fmt.Sprintf("event %s (%s) announces %s %s, which is %s", id, typ, kind, resource, st))
+			}
+		default:
+			vs = append(vs, fmt.Sprintf("event %s has the unknown type %q", id, typ))
 			continue
-		case orderEventStatus[typ] != nil && !slices.Contains(orderEventStatus[typ], o.status):
-			vs = append(vs, fmt.Sprintf("event %s (%s) announces order %s, which is %s", id, typ, ev.Data.OrderID, o.status))
 		}
-		key := [2]string{ev.Data.OrderID, typ}
+		key := [2]string{resource, typ}
 		if first, dup := seen[key]; dup {
-			vs = append(vs, fmt.Sprintf("order %s has two %s events, %s and %s", ev.Data.OrderID, typ, first, id))
+			vs = append(vs, fmt.Sprintf("%s has two %s events, %s and %s", resourceName(typ, resource), typ, first, id))
 		}
 		seen[key] = id
 	}
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	c.add("events_announce_commits", "every order event names a committed change, once", n, vs)
+	c.add("events_announce_commits", "every event names a committed change, once", n, vs)
 	return nil
+}
+
+// resourceName is how a violation names the resource of an event: "order 5002".
+func resourceName(typ, id string) string {
+	kind, _, _ := strings.Cut(typ, ".")
+	return kind + " " + id
 }
 
 // checkKafka: the consumer group read every notification, and none valid went to the DLQ.

@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -25,6 +27,26 @@ var knownChecks = []string{
 	"recharges_exactly_once", "payments_exactly_once", "stock_conserved", "balance_equals_ledger",
 	"refunds_match_channel", "no_key_left_in_progress", "outbox_published", "kafka_consumed", "no_500",
 	"instances_survive", "events_announce_commits",
+}
+
+// webhookChecks are the checks of the merchant's side, which run when the checker has a
+// hookView.
+var webhookChecks = []string{"webhooks_processed_once", "webhook_bodies_identical", "events_feed_in_order"}
+
+// hookEvents writes order.created events of the orders 5001, 5002, … with the given ids, given their place
+// in the feed in that order, and a hookView in which each was delivered once with a valid
+// signature and its stored body, processed once, and served by the events API in order.
+func hookEvents(t *testing.T, w *dbWorld, c *checker, ids ...string) {
+	t.Helper()
+	c.hooks = &hookView{effects: map[string]int{}}
+	for i, id := range ids {
+		payload := fmt.Sprintf(`{"event_id":"%s","type":"order.created","data":{"order_id":"%d"}}`, id, 5001+i)
+		w.exec(t, fmt.Sprintf(`INSERT INTO events (id, type, payload, request_id, seq, created_at) VALUES (%s, 'order.created', '%s', 'req-%s', %d, NOW(6))`, id, payload, id, i+1))
+		sum := sha256.Sum256([]byte(payload))
+		c.hooks.attempts = append(c.hooks.attempts, hookAttempt{EventID: id, BodyHash: hex.EncodeToString(sum[:]), SigValid: true})
+		c.hooks.effects[id] = 1
+		c.hooks.feed = append(c.hooks.feed, id)
+	}
 }
 
 // answer is one HTTP answer of the history.
@@ -621,6 +643,68 @@ func TestCheckerDatabase(t *testing.T) {
 				(9904, 'order.paid', '{"data":{"order_id":"5002"}}', 'req-e2', NOW(6)),
 				(9905, 'order.paid', '{"data":{"order_id":"5002"}}', 'req-e3', NOW(6))`)
 		}, "events_announce_commits", 3, []string{"order 5002", "two order.paid events"}},
+		{"event of a refund that rolled back, and one of a refund that ended otherwise", func(t *testing.T, c *checker) {
+			w.exec(t, `INSERT INTO events (id, type, payload, request_id, created_at) VALUES
+				(9906, 'refund.succeeded', '{"data":{"refund_id":"9599"}}', 'req-e4', NOW(6)),
+				(9907, 'refund.failed', '{"data":{"refund_id":"9504"}}', 'req-e5', NOW(6))`)
+		}, "events_announce_commits", 2, []string{"event 9906", "refund \"9599\"", "does not exist"}},
+		{"event of a recharge that rolled back", func(t *testing.T, c *checker) {
+			w.exec(t, `INSERT INTO events (id, type, payload, request_id, created_at) VALUES
+				(9908, 'recharge.succeeded', '{"data":{"recharge_id":"7999"}}', 'req-e6', NOW(6)),
+				(9909, 'recharge.succeeded', '{"data":{"recharge_id":"7001"}}', 'req-e7', NOW(6))`)
+		}, "events_announce_commits", 1, []string{"event 9908", "recharge \"7999\""}},
+		{"webhooks delivered, processed once, served in order", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910", "9911", "9912")
+			// A lost 2xx: the same body again, a duplicate the receiver does not repeat.
+			c.hooks.attempts = append(c.hooks.attempts, c.hooks.attempts[1])
+		}, "", 0, nil},
+		{"event never delivered", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910", "9911")
+			c.hooks.attempts = c.hooks.attempts[:1]
+			c.hooks.effects["9911"] = 0
+		}, "webhooks_processed_once", 2, []string{"event 9911", "never delivered"}},
+		{"event processed twice", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910", "9911")
+			c.hooks.attempts = append(c.hooks.attempts, c.hooks.attempts[0])
+			c.hooks.effects["9910"] = 2
+		}, "webhooks_processed_once", 1, []string{"event 9910", "processed 2 times"}},
+		{"event delivered only with an invalid signature", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910")
+			c.hooks.attempts[0].SigValid = false
+		}, "webhooks_processed_once", 1, []string{"event 9910", "never with a valid signature"}},
+		{"effect of an event oncepay has no record of", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910")
+			c.hooks.effects["9999"] = 1
+		}, "webhooks_processed_once", 1, []string{"event 9999", "no record"}},
+		{"a retry of an event with another body", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910", "9911")
+			c.hooks.attempts = append(c.hooks.attempts, hookAttempt{EventID: "9911", BodyHash: strings.Repeat("0", 64), SigValid: true})
+		}, "webhook_bodies_identical", 1, []string{"event 9911", "2 different bodies"}},
+		{"every attempt with a body that is not the stored payload", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910")
+			c.hooks.attempts[0].BodyHash = strings.Repeat("0", 64)
+		}, "webhook_bodies_identical", 1, []string{"event 9910", "not its stored payload"}},
+		{"events API skips an event", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910", "9911", "9912")
+			c.hooks.feed = []string{"9910", "9912"}
+		}, "events_feed_in_order", 1, []string{"never served event 9911"}},
+		{"events API out of order", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910", "9911", "9912")
+			c.hooks.feed = []string{"9910", "9912", "9911"}
+		}, "events_feed_in_order", 1, []string{"event 9912 at position 1", "event 9911"}},
+		{"events API serves an event twice", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910", "9911")
+			c.hooks.feed = append(c.hooks.feed, "9910")
+		}, "events_feed_in_order", 1, []string{"event 9910 twice"}},
+		{"events API read stopped", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910", "9911")
+			c.hooks.feed, c.hooks.feedErr = c.hooks.feed[:1], "GET /v1/admin/events: 400"
+		}, "events_feed_in_order", 1, []string{"stopped after 1 of 2 events", "400"}},
+		{"event never given its place in the feed", func(t *testing.T, c *checker) {
+			hookEvents(t, w, c, "9910", "9911")
+			w.exec(t, `UPDATE events SET seq = NULL WHERE id = 9911`)
+			c.hooks.feed = c.hooks.feed[:1]
+		}, "events_feed_in_order", 1, []string{"event 9911", "never given its place"}},
 		{"acknowledged answer differs from its record", func(t *testing.T, c *checker) {
 			w.exec(t, `UPDATE idempotency_records SET response_body = '{"recharge_id":"7001","amount":5000,"status":"SUCCEEDED"}' WHERE biz_key = 'recharge-1'`)
 		}, "acknowledged_durable", 1, []string{"chaos-01 key recharge-1", "acknowledged 201"}},
@@ -659,6 +743,11 @@ func TestCheckerDatabase(t *testing.T) {
 			for _, name := range knownChecks {
 				if !slices.Contains(names, name) {
 					t.Errorf("check %s did not run; ran %v", name, names)
+				}
+			}
+			for _, name := range webhookChecks {
+				if c.hooks != nil && !slices.Contains(names, name) {
+					t.Errorf("check %s did not run with a hookView; ran %v", name, names)
 				}
 			}
 			if tc.check == "" {

@@ -6,7 +6,8 @@
 // by HTTP and by Kafka, cancels, refunds, recharges, retries after client timeouts) while it
 // injects faults on a schedule (kill -9 an instance, SIGSTOP one longer than the lock TTL,
 // restart Redis empty, kill -9 MariaDB, Kafka redelivery, channel faults, payments slower
-// than the lock TTL; with a cluster, Redis failovers), records every delivery in a JSON-lines history and, once the run has
+// than the lock TTL; with a cluster, Redis failovers) and serves a faulty merchant receiver of
+// oncepay's webhooks (receiver.go), records every delivery in a JSON-lines history and, once the run has
 // settled, checks the history and the stores against oncepay's invariants. It prints a
 // summary, writes history.jsonl, summary.json and report.html, and exits 1 on any violation.
 //
@@ -120,8 +121,10 @@ type summary struct {
 	ByOutcome    map[string]int `json:"answers_by_idempotency_outcome"`
 	Faults       map[string]int `json:"faults"`
 	// GatewayRetries counts the requests the gateway sent to more than one instance.
-	GatewayRetries int           `json:"gateway_retries"`
-	Checks         []checkResult `json:"checks"`
+	GatewayRetries int `json:"gateway_retries"`
+	// Webhooks are the merchant's receiver's figures (receiver.go).
+	Webhooks *hookFigures  `json:"webhooks,omitempty"`
+	Checks   []checkResult `json:"checks"`
 	// Total counts every violation; Violations lists every one, with its evidence.
 	Total       int            `json:"total_violations"`
 	Violations  []violation    `json:"violations"`
@@ -170,6 +173,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		copyGaleraLogs(dir, opts.out)
 	}()
 	h.note("world started")
+
+	// The merchant's receiver, registered before the traffic so that it hears of every event.
+	if err := w.exec(ctx, "", "CREATE DATABASE IF NOT EXISTS merchant"); err != nil {
+		return 2, fmt.Errorf("the receiver's database: %w", err)
+	}
+	m, err := startMerchant(ctx, w.mysqlDSN("merchant"))
+	if err != nil {
+		return 2, fmt.Errorf("start the receiver: %w", err)
+	}
+	defer m.close()
+	if err := m.register(ctx, w.insts[0].base, w.adminKey); err != nil {
+		return 2, err
+	}
+	h.note("webhook endpoint registered: " + m.url)
 
 	wl := newWorkload(w, h)
 	defer wl.kafka.Close()
@@ -233,8 +250,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	if err := settle(ctx, w, wl, db, stdout); err != nil {
 		fmt.Fprintf(stdout, "settling: %v (checking anyway)\n", err)
 	}
+	// The sender drains: every event sequenced, no delivery pending (the schedule's pauses add
+	// up to 32 s, so a minute is enough unless something is stuck).
+	if err := drainWebhooks(ctx, db, 60*time.Second, stdout); err != nil {
+		fmt.Fprintf(stdout, "draining the webhooks: %v (checking anyway)\n", err)
+	}
 	settleSecs := time.Since(settleStart).Seconds()
 	h.note("settled; checking")
+	hooks := &hookView{attempts: m.snapshot()}
+	if hooks.effects, err = m.effects(ctx); err != nil {
+		return 2, fmt.Errorf("read the receiver's effects: %w", err)
+	}
+	var feedPages int
+	hooks.feed, feedPages, err = readFeed(ctx, w.insts[0].base, w.adminKey)
+	if err != nil {
+		hooks.feedErr = err.Error()
+	}
 
 	gatewayLog, retried, err := annotateGateway(h, w)
 	if err != nil {
@@ -247,7 +278,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	rdb := w.redisClient()
 	defer rdb.Close()
 	c := &checker{events: h.snapshot(), db: db, rdb: rdb, state: w.sim.State(), users: w.users, lockTTL: lockTTL, prefix: "oncepay:", exits: map[string]int{},
-		gatewayLog: gatewayLog}
+		gatewayLog: gatewayLog, hooks: hooks}
 	c.kafkaLag, c.dlq, err = kafkaBacklog(ctx, w.kafka.Brokers)
 	if err != nil {
 		return 2, fmt.Errorf("read the consumer group's offsets: %w", err)
@@ -271,6 +302,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 
 	s := summarize(opts, c, h.snapshot(), f.snapshot(), wl.deliveries.Load(), trafficSecs, settleSecs)
 	s.Galera = w.galeraSummary(ctx)
+	var events int
+	_ = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM events`).Scan(&events)
+	fig := hooks.figures(events, feedPages)
+	s.Webhooks = &fig
+	if err := writeJSON(filepath.Join(opts.out, "webhooks.json"), hooks.attempts); err != nil {
+		return 2, err
+	}
 	if err := writeJSON(filepath.Join(opts.out, "summary.json"), s); err != nil {
 		return 2, err
 	}
@@ -437,6 +475,9 @@ func printSummary(w io.Writer, s summary, out string) {
 	fmt.Fprintf(w, "\n%d deliveries in %.0fs (settled in %.0fs); faults: %v; gateway retries: %d\n", s.Deliveries, s.Seconds, s.SettleSecs, s.Faults, s.GatewayRetries)
 	fmt.Fprintf(w, "orders by status: %v; channel trades paid: %d; channel refunds: %d\n", s.Orders, s.ChannelPaid, s.Refunds)
 	fmt.Fprintf(w, "answers by Idempotency-Outcome: %v\n", s.ByOutcome)
+	if s.Webhooks != nil {
+		fmt.Fprintf(w, "webhooks: %s\n", s.Webhooks)
+	}
 	if g := s.Galera; g != nil {
 		fmt.Fprintf(w, "galera: wsrep_sync_wait=%d, %d certification failures, %d brute-force aborts, nodes back in sync in %v\n", g.SyncWait, g.CertFailures, g.BFAborts, g.Rejoins)
 	}

@@ -401,6 +401,10 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 		"ONCEPAY_REFUND_JOB_INTERVAL=4s",
 		"ONCEPAY_CHANNEL_TIMEOUT=1s",
 		"ONCEPAY_CHANNEL_RETRIES=2",
+		// The merchant's receiver runs in the chaos process on a loopback http URL.
+		"ONCEPAY_WEBHOOK_DEV=true",
+		"ONCEPAY_WEBHOOK_SCHEDULE=" + hookSchedule,
+		"ONCEPAY_WEBHOOK_TIMEOUT=" + hookTimeout.String(),
 	}
 	env = append(env, w.instanceEnv()...)
 	if n == opts.instances && opts.slowPayment > 0 {
