@@ -61,15 +61,6 @@ func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (noti
 		return 0, notify.Refuse(notify.ErrTradeConflict.Withf("%s", detail), s.kept(anomaly.TradeConflict, rf, r, detail))
 	}
 	completes := to == Succeeded && rf.AnomalyID == nil && rf.OrderID != nil
-	if completes {
-		// Two partial refunds of one order that succeed at the same moment must not each
-		// count only themselves and leave the order PAID (write skew, found by the chaos
-		// run): the order's row is locked before the refund moves, so the two reports take
-		// turns, and completeOrder's sum is a current read that sees the other's commit.
-		if err := s.lockOrder(ctx, tx, *rf.OrderID); err != nil {
-			return 0, err
-		}
-	}
 	moved, err := transition(ctx, tx, rf.ID, to, map[string]any{"refund_no": r.Number, "channel_status": r.Status})
 	if err == nil && moved {
 		err = announce(ctx, tx, s.events, endedAs(rf, to, r))
@@ -78,6 +69,15 @@ func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (noti
 	case err != nil:
 		return 0, err
 	case moved && completes:
+		// Two partial refunds of one order that succeed at the same moment must not each
+		// count only themselves and leave the order PAID (write skew, found by the chaos
+		// run, on one server and again on Galera): once its refund moved, each report locks
+		// the order's row — a write, which Galera certifies across the nodes — so the two
+		// take turns, and completeOrder's sum is a current read that sees the other's commit.
+		// A duplicate report moves nothing and leaves the order untouched.
+		if err := s.lockOrder(ctx, tx, *rf.OrderID); err != nil {
+			return 0, err
+		}
 		return notify.Applied, s.completeOrder(ctx, tx, *rf.OrderID)
 	case moved:
 		return notify.Applied, nil

@@ -83,3 +83,29 @@ func TestViewsAgree(t *testing.T) {
 		t.Error("views with a table missing on one node agree")
 	}
 }
+
+// TestCheckNoStaleNotFound breaks no_stale_not_found on purpose: an order acknowledged as
+// created, then its payment answered 404 by a node that had not seen it yet, and a recharge's
+// report answered 404 likewise, are named; a 404 for an id nobody was told of, and a request
+// sent before the creation was acknowledged, are not.
+func TestCheckNoStaleNotFound(t *testing.T) {
+	const notFound = `{"code":"not_found","detail":"no such order"}`
+	events := []*event{
+		{Kind: kindHTTP, Op: "order", Status: 201, AtMs: 100, Resp: `{"order_id":"1001","status":"PENDING_PAYMENT"}`},
+		{Kind: kindHTTP, Op: "recharge", Status: 201, AtMs: 110, Resp: `{"recharge_id":"2002","status":"PENDING"}`},
+		// Sent at 150 − 20 = 130, after the order's 201 at 100: stale.
+		{Seq: 7, Kind: kindHTTP, Op: "pay", Method: "POST", Path: "/v1/orders/1001/payments", Status: 404, AtMs: 150, Ms: 20, Inst: 3, Resp: notFound},
+		{Seq: 8, Kind: kindHTTP, Op: "recharge_notify", Method: "POST", Path: "/v1/recharges/notify", Status: 404, AtMs: 160, Ms: 5, Resp: notFound,
+			Req: `{"channel":"simpay","trade_no":"T1","out_trade_no":"2002","amount":100,"status":"SUCCESS"}`},
+		// Sent at 95, before the 201 at 100 arrived: the client could not know yet.
+		{Kind: kindHTTP, Op: "pay", Method: "POST", Path: "/v1/orders/1001/payments", Status: 404, AtMs: 101, Ms: 6, Resp: notFound},
+		// An id nobody was told of: not the checker's business.
+		{Kind: kindHTTP, Op: "get_order", Method: "GET", Path: "/v1/orders/9999", Status: 404, AtMs: 200, Resp: notFound},
+		{Kind: kindHTTP, Op: "pay", Method: "POST", Path: "/v1/orders/1001/payments", Status: 201, AtMs: 300, Ms: 5},
+	}
+	c := &checker{events: events}
+	c.checkNoStaleNotFound()
+	expectOnly(t, c, "no_stale_not_found", 2)
+	expectDetail(t, c, "no_stale_not_found", "#7", "/v1/orders/1001/payments", "oncepay-3", "1001")
+	expectDetail(t, c, "no_stale_not_found", "#8", "2002")
+}

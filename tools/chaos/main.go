@@ -291,6 +291,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	if err := c.run(ctx); err != nil {
 		return 2, fmt.Errorf("check: %w", err)
 	}
+	c.checkNoStaleNotFound()
 	if w.galera != nil {
 		c.checkGaleraNodes(w.galeraViews(ctx))
 	}
