@@ -62,6 +62,7 @@ type options struct {
 	bin     string
 	cluster bool
 	keep    bool
+	gateway string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -72,6 +73,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	bin := fs.String("oncepay", "bin/oncepay", "the oncepay binary to run three times")
 	cluster := fs.Bool("redis-cluster", false, "run Redis as a local cluster of three masters and three replicas instead of one server, and fail masters over")
 	keep := fs.Bool("keep", false, "keep the MariaDB data directory after the run (it is deleted otherwise)")
+	gateway := fs.String("gateway", defaultGateway, "the address of the nginx gateway in front of the instances (port 0: a free one)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -79,7 +81,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if !ok {
 		return options{}, fmt.Errorf("-mode %q: use short or full", *m)
 	}
-	o := options{mode: md, out: *out, bin: *bin, cluster: *cluster, keep: *keep}
+	o := options{mode: md, out: *out, bin: *bin, cluster: *cluster, keep: *keep, gateway: *gateway}
 	if o.out == "" {
 		o.out = filepath.Join("chaos-out", md.name+"-"+time.Now().UTC().Format("20060102-150405"))
 	}
@@ -145,7 +147,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	fmt.Fprintf(stdout, "chaos %s: starting a private MariaDB, Redis%s, Kafka, the channel simulator and 3 oncepay instances (in %s)\n",
 		opts.mode.name, map[bool]string{true: " cluster (3 masters, 3 replicas)", false: ""}[opts.cluster], dir)
 	w, err := startWorld(ctx, worldOptions{
-		dir: dir, oncepayBin: opts.bin, instances: 3, redisCluster: opts.cluster,
+		dir: dir, oncepayBin: opts.bin, instances: 3, redisCluster: opts.cluster, gateway: opts.gateway,
 		lockTTL: lockTTL, orderTTL: 12 * time.Second, slowPayment: lockTTL + time.Second,
 	})
 	if err != nil {
