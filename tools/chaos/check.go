@@ -687,6 +687,9 @@ func (c *checker) checkRefunds(ctx context.Context) error {
 	return nil
 }
 
+// keyGone is what go-redis's PTTL answers for a key that does not exist (Redis's -2).
+const keyGone = -2 * time.Nanosecond
+
 // checkLeases: no idempotency key is left in progress beyond its lease.
 func (c *checker) checkLeases(ctx context.Context) error {
 	var vs []string
@@ -698,6 +701,8 @@ func (c *checker) checkLeases(ctx context.Context) error {
 				return err
 			}
 			switch {
+			case ttl == keyGone:
+				// Expired (or released) between SCAN and PTTL: a lease no one holds any more.
 			case ttl < 0 || ttl > c.lockTTL:
 				vs = append(vs, fmt.Sprintf("%s: lease with TTL %s (lock TTL %s)", iter.Val(), ttl, c.lockTTL))
 			case strings.Contains(iter.Val(), "{jobs:job:"):

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // The checker against the faults of the gateway and of -redis-cluster: each case puts the
@@ -92,5 +94,22 @@ func TestCheckerNamesTwoHoldersAfterAFailover(t *testing.T) {
 			expectOnly(t, c, "replays_byte_identical", 1)
 			expectDetail(t, c, "replays_byte_identical", "pay-k-failover-1", "executed 2 times")
 		})
+	}
+}
+
+// TestKeyGoneIsPTTLOfAMissingKey: checkLeases skips a lock that expired between its SCAN and
+// its PTTL (a job's lease, released or lapsed a moment before), which go-redis answers with
+// keyGone; a lease with no TTL (-1) stays a violation.
+func TestKeyGoneIsPTTLOfAMissingKey(t *testing.T) {
+	rdb := testenv.Redis(t).Client
+	ctx := context.Background()
+	if ttl, err := rdb.PTTL(ctx, "oncepay:idem:{nothing}:lock").Result(); err != nil || ttl != keyGone {
+		t.Fatalf("PTTL of a missing key = %v, %v; want keyGone (%v)", ttl, err, keyGone)
+	}
+	if err := rdb.Set(ctx, "oncepay:idem:{forever}:lock", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := rdb.PTTL(ctx, "oncepay:idem:{forever}:lock").Result(); err != nil || ttl == keyGone || ttl >= 0 {
+		t.Fatalf("PTTL of a key without expiry = %v, %v; want -1, which is not keyGone", ttl, err)
 	}
 }

@@ -22,8 +22,25 @@ import (
 // traffic and the channel's notifications go through it; its access log tells which copies
 // were gateway retries, and annotateGateway writes that into the history.
 
-// gatewayPort is where the chaos run's nginx listens, on 127.0.0.1.
-const gatewayPort = 8801
+// defaultGateway is where the chaos run's nginx listens unless -gateway says otherwise; a
+// port of 0 there takes a free one, so that runs side by side on one machine do not collide.
+const defaultGateway = "127.0.0.1:8801"
+
+// gatewayListen returns addr with a free port of 127.0.0.1 for port 0.
+func gatewayListen(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("-gateway %q: %w", addr, err)
+	}
+	if port != "0" {
+		return addr, nil
+	}
+	p, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(host, fmt.Sprint(p)), nil
+}
 
 // The gateway's timeouts. A read timeout shorter than the slow instance's payments (the lock
 // TTL and a second) and than a paused instance's pause makes gateway retries happen all run
@@ -145,7 +162,7 @@ func (g *gateway) start(ctx context.Context, upstreams []string) error {
 	}
 	if c, err := net.DialTimeout("tcp", g.listen, 200*time.Millisecond); err == nil {
 		c.Close()
-		return fmt.Errorf("the gateway's address %s is taken: stop what listens there", g.listen)
+		return fmt.Errorf("the gateway's address %s is taken: stop what listens there, or choose another with -gateway (127.0.0.1:0 for a free port)", g.listen)
 	}
 	g.server = &server{
 		name: "nginx",

@@ -65,6 +65,7 @@ type options struct {
 	cluster bool
 	keep    bool
 	galera  galeraOptions
+	gateway string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -79,6 +80,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&g.on, "galera", false, "run MariaDB as a three-node Galera cluster (galera-4), each instance on its own node, with node kills and partitions in place of kill_mariadb")
 	fs.IntVar(&g.port, "galera-port", 4401, "with -galera: node 1's MySQL port; node i's ports are port+i-1, +10 (replication), +20 (IST), +30 (SST)")
 	fs.IntVar(&g.syncWait, "galera-sync-wait", 1, "with -galera: the instances' ONCEPAY_MYSQL_WSREP_SYNC_WAIT (1 is oncepay's default, 0 MariaDB's)")
+	gateway := fs.String("gateway", defaultGateway, "the address of the nginx gateway in front of the instances (port 0: a free one)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -86,7 +88,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if !ok {
 		return options{}, fmt.Errorf("-mode %q: use short or full", *m)
 	}
-	o := options{mode: md, out: *out, bin: *bin, cluster: *cluster, keep: *keep, galera: g}
+	o := options{mode: md, out: *out, bin: *bin, cluster: *cluster, keep: *keep, galera: g, gateway: *gateway}
 	if o.out == "" {
 		o.out = filepath.Join("chaos-out", md.name+"-"+time.Now().UTC().Format("20060102-150405"))
 	}
@@ -160,7 +162,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	fmt.Fprintf(stdout, "chaos %s: starting a private MariaDB%s, Redis%s, Kafka, the channel simulator and 3 oncepay instances (in %s)\n",
 		opts.mode.name, map[bool]string{true: " Galera cluster (3 nodes)", false: ""}[opts.galera.on], map[bool]string{true: " cluster (3 masters, 3 replicas)", false: ""}[opts.cluster], dir)
 	w, err := startWorld(ctx, worldOptions{
-		dir: dir, oncepayBin: opts.bin, instances: 3, redisCluster: opts.cluster,
+		dir: dir, oncepayBin: opts.bin, instances: 3, redisCluster: opts.cluster, gateway: opts.gateway,
 		lockTTL: lockTTL, orderTTL: 12 * time.Second, slowPayment: lockTTL + time.Second, galera: opts.galera,
 	})
 	if err != nil {

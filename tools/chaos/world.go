@@ -175,8 +175,10 @@ type worldOptions struct {
 	oncepayBin   string
 	instances    int
 	redisCluster bool
-	lockTTL      time.Duration
-	orderTTL     time.Duration
+	// gateway is the address the nginx gateway listens on (-gateway).
+	gateway  string
+	lockTTL  time.Duration
+	orderTTL time.Duration
 	// slowPayment is ONCEPAY_CHAOS_PAYMENT_DELAY on the last instance: its payments hold
 	// their lock longer than the lock's TTL, so only the watchdog keeps it.
 	slowPayment time.Duration
@@ -216,7 +218,11 @@ func startWorld(ctx context.Context, opts worldOptions) (_ *world, err error) {
 	if w.users, err = w.seed(ctx); err != nil {
 		return nil, fmt.Errorf("seed the chaos database: %w", err)
 	}
-	w.gw = newGateway(w.dir, fmt.Sprintf("127.0.0.1:%d", gatewayPort))
+	listen, err := gatewayListen(opts.gateway)
+	if err != nil {
+		return nil, err
+	}
+	w.gw = newGateway(w.dir, listen)
 	var upstreams []string
 	for n := 1; n <= opts.instances; n++ {
 		in, err := w.newInstance(n, opts)
