@@ -239,12 +239,11 @@ func traversable(dir string) error {
 	return nil
 }
 
-// args is node n's mariadbd command line, without --wsrep-new-cluster.
-func (c *Cluster) args(n *Node, gcomm string) []string {
-	mariadbd, _ := lookPath("mariadbd")
-	provider := fmt.Sprintf("gmcast.listen_addr=tcp://127.0.0.1:%d;ist.recv_addr=127.0.0.1:%d;gcache.size=128M;"+
-		"evs.suspect_timeout=PT3S;evs.inactive_timeout=PT6S;evs.install_timeout=PT6S", n.GaleraPort, n.ISTPort)
-	args := []string{mariadbd, "--no-defaults",
+// privateArgs is the start of the command line of every private server of this package:
+// its own data directory, port, socket, pid file, error log and tmpdir, on 127.0.0.1, with no
+// grants to check.
+func (n *Node) privateArgs(mariadbd string) []string {
+	return []string{mariadbd, "--no-defaults",
 		"--datadir=" + n.Dir,
 		fmt.Sprintf("--port=%d", n.Port),
 		"--socket=" + filepath.Join(n.Root, "mariadb.sock"),
@@ -257,23 +256,32 @@ func (c *Cluster) args(n *Node, gcomm string) []string {
 		"--skip-grant-tables",
 		"--log-error=" + n.ErrorLog,
 		"--innodb-buffer-pool-size=64M",
+	}
+}
+
+// args is node n's mariadbd command line, without --wsrep-new-cluster.
+func (c *Cluster) args(n *Node, gcomm string) []string {
+	mariadbd, _ := lookPath("mariadbd")
+	provider := fmt.Sprintf("gmcast.listen_addr=tcp://127.0.0.1:%d;ist.recv_addr=127.0.0.1:%d;gcache.size=128M;"+
+		"evs.suspect_timeout=PT3S;evs.inactive_timeout=PT6S;evs.install_timeout=PT6S", n.GaleraPort, n.ISTPort)
+	args := append(n.privateArgs(mariadbd),
 		"--innodb-log-file-size=48M",
 		"--max-connections=500",
 		"--binlog-format=ROW",
 		"--default-storage-engine=InnoDB",
 		"--innodb-autoinc-lock-mode=2",
 		"--wsrep-on=ON",
-		"--wsrep-provider=" + Provider,
-		"--wsrep-cluster-name=" + c.opts.Name,
-		"--wsrep-cluster-address=gcomm://" + gcomm,
+		"--wsrep-provider="+Provider,
+		"--wsrep-cluster-name="+c.opts.Name,
+		"--wsrep-cluster-address=gcomm://"+gcomm,
 		fmt.Sprintf("--wsrep-node-name=node%d", n.N),
 		fmt.Sprintf("--wsrep-node-address=127.0.0.1:%d", n.GaleraPort),
 		fmt.Sprintf("--wsrep-node-incoming-address=127.0.0.1:%d", n.Port),
 		fmt.Sprintf("--wsrep-sst-receive-address=127.0.0.1:%d", n.SSTPort),
 		"--wsrep-sst-method=rsync",
-		"--wsrep-provider-options=" + provider,
+		"--wsrep-provider-options="+provider,
 		"--wsrep-slave-threads=2",
-	}
+	)
 	return append(args, c.opts.Args...)
 }
 

@@ -75,25 +75,13 @@ func StartPair(ctx context.Context, opts PairOptions) (_ *Pair, err error) {
 // args is the mariadbd command line of a pair's node.
 func (p *Pair) args(n *Node, role string) []string {
 	mariadbd, _ := lookPath("mariadbd")
-	args := []string{mariadbd, "--no-defaults",
-		"--datadir=" + n.Dir,
-		fmt.Sprintf("--port=%d", n.Port),
-		"--socket=" + filepath.Join(n.Root, "mariadb.sock"),
-		"--pid-file=" + filepath.Join(n.Root, "mariadb.pid"),
-		// A tmpdir of its own: at start-up a server deletes the temporary files it finds
-		// in its tmpdir, and the default, /tmp, holds the shared server's.
-		"--tmpdir=" + n.Root,
-		"--bind-address=127.0.0.1",
-		"--user=" + runUser(),
-		"--skip-grant-tables",
-		"--log-error=" + n.ErrorLog,
-		"--innodb-buffer-pool-size=64M",
+	args := append(n.privateArgs(mariadbd),
 		"--max-connections=300",
-		"--server-id=" + strconv.Itoa(n.N),
-		"--log-bin=" + role + "-bin",
+		"--server-id="+strconv.Itoa(n.N),
+		"--log-bin="+role+"-bin",
 		"--binlog-format=ROW",
 		"--log-slave-updates",
-	}
+	)
 	if p.opts.SemiSync {
 		if role == "primary" {
 			args = append(args, "--rpl-semi-sync-master-enabled=ON", "--rpl-semi-sync-master-wait-point=AFTER_SYNC",
