@@ -1,6 +1,7 @@
 package idempotent
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -104,6 +105,14 @@ const (
 	// or not yet synced (MariaDB's 1047, "WSREP has not yet prepared node for application
 	// use"). The guard runs it again, within Config.RetryFor, as it does an aborted one.
 	ErrorUnavailable
+	// ErrorConnectionLost is a connection to the database that broke under a statement of
+	// the transaction (not a dial that failed: that is ErrorOther, and answered at once):
+	// reset, closed, timed out waiting for an answer. Before the COMMIT the server rolls
+	// the transaction back; during it the outcome is unknown (the COMMIT may have been
+	// applied, its answer lost). The guard asks the record which it was (resolveCommit) and
+	// runs the transaction again, within Config.RetryFor, when the record is not there: a
+	// commit that was in truth applied makes the rerun's record a duplicate, which replays.
+	ErrorConnectionLost
 )
 
 func (c Config) withDefaults() Config {
@@ -381,7 +390,7 @@ func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, er
 		switch {
 		case class == ErrorLockWait:
 			return g.busy(attempt, start, err)
-		case class != ErrorAborted && class != ErrorUnavailable:
+		case class != ErrorAborted && class != ErrorUnavailable && class != ErrorConnectionLost:
 			return res, err
 		}
 		sleep := backoff/2 + rand.N(backoff/2+1)
@@ -422,6 +431,7 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 		resp      Response
 		recorded  bool
 		recordErr error // the record's own statement failed: a duplicate key, say
+		workDone  bool  // the work returned, recorded: what fails after this is the COMMIT
 	)
 	err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if g.cfg.Lab.RecordFirst {
@@ -457,8 +467,12 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 		if !recorded {
 			return errNotRecorded
 		}
+		workDone = true
 		return nil
 	})
+	if err != nil && workDone && recordErr == nil && g.cfg.Classify(err) == ErrorConnectionLost {
+		return g.resolveCommit(ctx, req, resp, err)
+	}
 	switch {
 	case err == nil:
 		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
@@ -468,6 +482,27 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 		return g.afterRecordFailed(ctx, req, recordErr)
 	}
 	return g.refused(ctx, req, err)
+}
+
+// resolveCommit answers an attempt whose COMMIT lost its answer with its connection (the
+// commit_answer_lost fault of docs/chaos.md): the transaction committed or it did not, and
+// only the record, read on another connection, can tell. Found with this attempt's answer,
+// the commit was applied and the attempt executed; found otherwise, it is answered as the
+// record says. Not found (or the database still out of reach), the error goes back to
+// runOnce, which runs the transaction again: were the commit applied after all, the rerun's
+// record meets it as a duplicate and replays it. Never a second effect either way.
+func (g *Guard) resolveCommit(ctx context.Context, req Request, resp Response, err error) (Result, error) {
+	g.metrics.indefinite.Inc()
+	res, found, ferr := g.fromRecord(context.WithoutCancel(ctx), req)
+	switch {
+	case ferr != nil && !found:
+		return Result{}, errors.Join(err, ferr)
+	case !found:
+		return Result{}, err
+	case ferr == nil && res.Outcome == Replayed && res.Response.Status == resp.Status && bytes.Equal(res.Response.Body, resp.Body):
+		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
+	}
+	return res, ferr
 }
 
 // refused answers an attempt whose work (or Before) returned err, its transaction rolled

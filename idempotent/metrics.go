@@ -9,6 +9,7 @@ type metrics struct {
 	redisErrors    *prometheus.CounterVec
 	retries        prometheus.Counter
 	busy           prometheus.Counter
+	indefinite     prometheus.Counter
 	purged         prometheus.Counter
 }
 
@@ -38,13 +39,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "idempotency_tx_busy_total",
 			Help: "Attempts answered unavailable because the database kept aborting or refusing their transaction past the retry budget, or a statement waited out the lock wait timeout.",
 		}),
+		indefinite: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idempotency_tx_indefinite_total",
+			Help: "COMMITs whose answer was lost with their connection; the guard read the record to learn whether they applied.",
+		}),
 		purged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idempotency_purged_records_total",
 			Help: "Dedup records deleted by the purge job (I6).",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.lockExtensions, m.lockLost, m.redisErrors, m.retries, m.busy, m.purged)
+		reg.MustRegister(m.outcomes, m.lockExtensions, m.lockLost, m.redisErrors, m.retries, m.busy, m.indefinite, m.purged)
 	}
 	return m
 }

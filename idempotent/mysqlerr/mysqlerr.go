@@ -10,7 +10,11 @@
 package mysqlerr
 
 import (
+	"database/sql/driver"
 	"errors"
+	"io"
+	"net"
+	"syscall"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -49,6 +53,9 @@ const sqlStateSerialization = "40001"
 func Classify(err error) idempotent.ErrorClass {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) {
+		if connectionLost(err) {
+			return idempotent.ErrorConnectionLost
+		}
 		return idempotent.Classify(err)
 	}
 	switch me.Number {
@@ -65,4 +72,23 @@ func Classify(err error) idempotent.ErrorClass {
 		return idempotent.ErrorAborted
 	}
 	return idempotent.ErrorOther
+}
+
+// connectionLost reports whether err is the driver's connection breaking under a statement:
+// go-sql-driver's ErrInvalidConn (it closes a connection whose read or write failed),
+// database/sql's ErrBadConn, an EOF in the middle of a packet, or a socket error (reset,
+// broken pipe, a read that timed out). The statement may or may not have been applied. A
+// dial that failed is not one: nothing was sent.
+func connectionLost(err error) bool {
+	switch {
+	case errors.Is(err, mysql.ErrInvalidConn), errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return false // nothing was sent: the server is down or unreachable
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
 }

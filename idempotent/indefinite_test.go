@@ -1,0 +1,148 @@
+package idempotent_test
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
+	"github.com/oncepay/oncepay/idempotent/mysqlerr"
+	"github.com/oncepay/oncepay/internal/testsupport/netfault"
+)
+
+// throughProxy opens db's database again through a toxiproxy proxy of its own, and returns
+// the proxy with the new handle.
+func throughProxy(t *testing.T, db *gorm.DB) (*netfault.Proxy, *gorm.DB) {
+	t.Helper()
+	cfg, err := gomysql.ParseDSN(db.Dialector.(*mysql.Dialector).DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := netfault.New()
+	t.Cleanup(n.Close)
+	p, err := n.Proxy("mariadb", cfg.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Addr = p.Addr()
+	via, err := gorm.Open(mysql.Open(cfg.FormatDSN()), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := via.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	return p, via
+}
+
+// TestCommitAnswerLost: the connection breaks the moment the dedup transaction's COMMIT has
+// gone out, before its answer comes back (a proxy cuts it: netfault.CutAfterCommit). The
+// server commits; the guard cannot know that from the connection, so it asks the record on
+// another one (resolveCommit) and answers the attempt as executed — not 503, and never by
+// running the work a second time. The next copy of the request replays it. Without the
+// resolution the attempt answers the driver's "invalid connection", a 503 to the client.
+func TestCommitAnswerLost(t *testing.T) {
+	idemtest.RequireMySQL(t)
+	e := newEnvOn(t, idemtest.MySQL)
+	p, via := throughProxy(t, e.db)
+	reg := prometheus.NewRegistry()
+	g := idempotent.New(via, e.rdb, idempotent.Config{Classify: mysqlerr.Classify, Registerer: reg})
+	key := testKey(t, "u1", "k1")
+	ctx := context.Background()
+
+	var cuts atomic.Int32
+	heal, err := p.CutAfterCommit(1, func() { cuts.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer heal()
+	res, err := g.Do(ctx, request(key, "a"), effectWork(key.BizKey, 0, http.StatusCreated))
+	if cuts.Load() != 1 {
+		t.Fatalf("the proxy cut %d COMMITs, want 1", cuts.Load())
+	}
+	if err != nil || res.Outcome != idempotent.Executed || res.Response.Status != http.StatusCreated {
+		t.Fatalf("Do after a lost COMMIT answer = %+v, %v; want executed 201", res, err)
+	}
+	if n := countEffects(t, e.db, key.BizKey); n != 1 {
+		t.Fatalf("%d side effects, want 1", n)
+	}
+	if n := countRecords(t, e.db, key); n != 1 {
+		t.Fatalf("%d records, want 1", n)
+	}
+	if got := metricValue(t, reg, "idempotency_tx_indefinite_total"); got != 1 {
+		t.Errorf("idempotency_tx_indefinite_total = %v, want 1", got)
+	}
+
+	again, err := g.Do(ctx, request(key, "a"), effectWork(key.BizKey, 0, http.StatusCreated))
+	if err != nil || again.Outcome != idempotent.Replayed || string(again.Response.Body) != string(res.Response.Body) {
+		t.Fatalf("the copy after = %+v, %v; want the first answer replayed", again, err)
+	}
+	if n := countEffects(t, e.db, key.BizKey); n != 1 {
+		t.Fatalf("%d side effects after the copy, want 1", n)
+	}
+}
+
+// TestConnectionLostInTheWork: the connection is reset while the work's transaction runs,
+// before any COMMIT (the answer of the work's insert is lost). The server rolls the
+// transaction back; the guard runs it again on another connection and the write happens
+// once.
+func TestConnectionLostInTheWork(t *testing.T) {
+	idemtest.RequireMySQL(t)
+	e := newEnvOn(t, idemtest.MySQL)
+	p, via := throughProxy(t, e.db)
+	g := idempotent.New(via, e.rdb, idempotent.Config{Classify: mysqlerr.Classify, Registerer: prometheus.NewRegistry()})
+	key := testKey(t, "u1", "k1")
+	var runs, failed atomic.Int32
+	work := idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		if runs.Add(1) == 1 {
+			// The first run's connection is reset at the insert's answer.
+			heal, err := p.ResetAfterSend(1)
+			if err != nil {
+				return idempotent.Response{}, err
+			}
+			defer heal()
+		}
+		id, err := insertEffect(tx, key.BizKey)
+		if err != nil {
+			failed.Add(1)
+			return idempotent.Response{}, err
+		}
+		return jsonResponse(http.StatusCreated, map[string]any{"id": id}), nil
+	})
+	res, err := g.Do(context.Background(), request(key, "a"), work)
+	if err != nil || res.Outcome != idempotent.Executed {
+		t.Fatalf("Do = %+v, %v; want executed after a rerun", res, err)
+	}
+	if failed.Load() != 1 || runs.Load() != 2 {
+		t.Fatalf("the work ran %d times and failed %d; want a reset first run and one rerun", runs.Load(), failed.Load())
+	}
+	if n := countEffects(t, e.db, key.BizKey); n != 1 {
+		t.Fatalf("%d side effects, want 1", n)
+	}
+}
+
+// metricValue is the value of the registered counter named name.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
