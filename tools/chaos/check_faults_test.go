@@ -113,3 +113,37 @@ func TestKeyGoneIsPTTLOfAMissingKey(t *testing.T) {
 		t.Fatalf("PTTL of a key without expiry = %v, %v; want -1, which is not keyGone", ttl, err)
 	}
 }
+
+// TestCheckerNamesTheNetworksDoubleExecution: a network fault lost a request's answer (a
+// COMMIT cut once sent, a reset after the request went out, a partition past the client's
+// timeout) or cut a lease holder from Redis past its TTL (another instance took the lease);
+// had the retry with the same key run the work again, its key would have two executed
+// answers from two instances, and replays_byte_identical names it — for every network fault.
+func TestCheckerNamesTheNetworksDoubleExecution(t *testing.T) {
+	for _, fault := range netFaults {
+		t.Run(fault, func(t *testing.T) {
+			first := answer("pay", "u1", "pay-k-net-1", 201, "executed", `{"trade_no":"T-1","n":1}`)
+			first.Seq, first.Inst = 1, 1
+			lost := &event{Seq: 3, Kind: kindHTTP, Op: "pay", User: "u1", Key: "pay-k-net-1", Status: 503, Inst: 1, Outcome: "unavailable"}
+			retry := answer("pay", "u1", "pay-k-net-1", 201, "executed", `{"trade_no":"T-1","n":2}`)
+			retry.Seq, retry.Inst = 4, 2
+			c := &checker{events: []*event{first, {Seq: 2, Kind: kindFault, Op: fault, Detail: "oncepay-1's route broken"}, lost, retry}}
+			if err := c.checkReplays(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			expectOnly(t, c, "replays_byte_identical", 2)
+			expectDetail(t, c, "replays_byte_identical", "pay-k-net-1", "executed 2 times")
+		})
+	}
+}
+
+// TestCheckerNamesA500AfterALostCommit: an instance whose COMMIT lost its answer must answer
+// the attempt from the record (executed or replayed) or 503 — a 500 is named by no_500.
+func TestCheckerNamesA500AfterALostCommit(t *testing.T) {
+	cut := &event{Seq: 1, Kind: kindFault, Op: faultCommitLost + "_cut", Detail: "oncepay-1: a COMMIT went out to MariaDB and its connection was cut before the answer"}
+	answered := &event{Seq: 2, Kind: kindHTTP, Op: "order", Method: "POST", Path: "/v1/orders", User: "u1", Key: "k1", Inst: 1, Status: 500, Resp: `{"code":"internal"}`}
+	c := &checker{events: []*event{cut, answered}}
+	c.checkAnswers()
+	expectOnly(t, c, "no_500", 1)
+	expectDetail(t, c, "no_500", "#2", "oncepay-1", "500")
+}

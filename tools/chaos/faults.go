@@ -22,6 +22,8 @@ const (
 )
 
 // allFaults is the rotation of the fault scheduler.
+// The run adds its mode's network faults (mode.netFaults) and, with -redis-cluster, the
+// failovers.
 var allFaults = []string{faultKillInstance, faultPauseInstance, faultRestartRedis, faultKillMariaDB, faultRedeliver, faultChannel}
 
 // faulter injects faults into the world on a schedule.
@@ -81,7 +83,7 @@ func (f *faulter) record(kind, detail string, err error) {
 // on for a while in the background.
 func (f *faulter) inject(ctx context.Context, kind string) {
 	f.count(kind)
-	if f.injectGalera(ctx, kind) {
+	if f.injectGalera(ctx, kind) || f.injectNetwork(ctx, kind) {
 		return
 	}
 	// Restarts use a context of their own: a fault that began must heal, even when the run

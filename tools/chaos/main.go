@@ -50,11 +50,15 @@ type mode struct {
 	maxDuration   time.Duration // … but never longer than this
 	buyers        int
 	faultEvery    time.Duration
+	// netFaults are the network faults (network.go) the rotation adds.
+	netFaults []string
 }
 
 var modes = map[string]mode{
-	"short": {name: "short", duration: 70 * time.Second, minDeliveries: 1000, maxDuration: 100 * time.Second, buyers: 12, faultEvery: 5 * time.Second},
-	"full":  {name: "full", duration: 5 * time.Minute, minDeliveries: 10000, maxDuration: 12 * time.Minute, buyers: 12, faultEvery: 8 * time.Second},
+	"short": {name: "short", duration: 70 * time.Second, minDeliveries: 1000, maxDuration: 100 * time.Second, buyers: 12, faultEvery: 5 * time.Second,
+		netFaults: []string{faultCommitLost, faultNetPartition, faultNetReset}},
+	"full":  {name: "full", duration: 5 * time.Minute, minDeliveries: 10000, maxDuration: 12 * time.Minute, buyers: 12, faultEvery: 6 * time.Second,
+		netFaults: netFaults},
 }
 
 // options are the command line.
@@ -193,6 +197,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	wl := newWorkload(w, h)
 	defer wl.kafka.Close()
 	f := &faulter{w: w, h: h, wl: wl, lockTTL: lockTTL, every: opts.mode.faultEvery, counts: map[string]int{}}
+	allFaults = append(allFaults, opts.mode.netFaults...)
 	if opts.cluster {
 		allFaults = append(allFaults, redisClusterFaults...)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/testsupport/netfault"
 )
 
 // world is everything a chaos run starts on this machine and tears down afterwards: a private
@@ -43,6 +44,10 @@ type world struct {
 	clustered bool
 	// galera, with -galera, is the three-node cluster that stands for mariadb (galera.go).
 	galera *galeraWorld
+	// net is the toxiproxy between the instances and MariaDB, Redis and the channel, and
+	// routes are each instance's proxies (network.go).
+	net    *netfault.Net
+	routes map[int]routes
 
 	// secret and adminKey are fresh for every run: oncepay refuses the dev-* defaults on a
 	// real database.
@@ -387,13 +392,27 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	// Every instance reaches MariaDB, Redis and the channel through proxies of its own, where
+	// the network faults strike (network.go).
+	dsn, err := w.routeDSN(n, w.instanceDSN(n))
+	if err != nil {
+		return nil, err
+	}
+	redisAddr, err := w.routeRedisAddrs(n)
+	if err != nil {
+		return nil, err
+	}
+	channelURL, err := w.routeChannelURL(n)
+	if err != nil {
+		return nil, err
+	}
 	env := []string{
 		"ONCEPAY_HTTP_ADDR=" + addr,
 		"ONCEPAY_NODE_ID=" + strconv.Itoa(n),
-		"ONCEPAY_MYSQL_DSN=" + w.instanceDSN(n),
-		"ONCEPAY_REDIS_ADDR=" + w.redisAddrs(),
+		"ONCEPAY_MYSQL_DSN=" + dsn,
+		"ONCEPAY_REDIS_ADDR=" + redisAddr,
 		"ONCEPAY_KAFKA_BROKERS=" + strings.Join(w.kafka.Brokers, ","),
-		"ONCEPAY_CHANNEL_URL=" + w.simURL,
+		"ONCEPAY_CHANNEL_URL=" + channelURL,
 		"ONCEPAY_CHANNELS=simpay",
 		"ONCEPAY_CHANNEL_SECRET=" + w.secret,
 		"ONCEPAY_ADMIN_KEY=" + w.adminKey,
@@ -447,6 +466,7 @@ func (w *world) close() {
 		in.kill()
 	}
 	w.stopGateway()
+	w.closeNetwork()
 	if w.simSrv != nil {
 		_ = w.simSrv.Close()
 	}
