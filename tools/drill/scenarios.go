@@ -242,9 +242,9 @@ var catalog = []scenario{
 	{id: "flash-sale", name: "flash sale", lab: true, run: (*drill).flashSale},
 	// I10's oncepay run answers its stale holder from the dedup record, which I6's purge must
 	// not remove in the meantime.
-	{id: "I10", name: "paused holder writes late", lab: true, purgeSensitive: true, run: (*drill).staleWriter},
+	{id: "I10", name: "paused holder writes late", lab: true, purgeSensitive: true, run: lateHolder(staleWriter)},
 	// I15's oncepay run answers its first holder from the dedup record too.
-	{id: "I15", name: "two holders after a Redis failover", lab: true, purgeSensitive: true, run: (*drill).failoverHolders},
+	{id: "I15", name: "two holders after a Redis failover", lab: true, purgeSensitive: true, run: lateHolder(failoverHolders)},
 	// I8 and I9 drive the channel simulator, whose faults are global: each holds simGate
 	// alone while its fault is on. I9's oncepay run calls the close job once its order expired.
 	{id: "I8", name: "refund call times out", lab: true, pays: true, run: (*drill).refundTimeout},
@@ -805,64 +805,6 @@ func (d *drill) flashSale(ctx context.Context, rt routes) (outcome, error) {
 	out.expected = fmt.Sprintf("%d × 201, %d × 409 out_of_stock; available 0, reserved %d, never negative", units, buyers-units, units)
 	out.observed = fmt.Sprintf("%d × 201, %d × 409 out_of_stock; available %d, reserved %d, lowest seen %d", sold, soldOut, after.Available, after.Reserved, lowest)
 	out.held = fmt.Sprintf("%d sold, %d × out_of_stock, available never below 0", sold, soldOut)
-	return out, nil
-}
-
-// The timing of I10. The holder takes the lock, whose lease is 1 s on both I10 routes and
-// never renewed, and pauses for i10Pause; the retry comes at i10RetryAt, once the lease has
-// run out, and is done long before the holder wakes and writes.
-const (
-	i10Pause   = 3 * time.Second
-	i10RetryAt = 1500 * time.Millisecond
-)
-
-// staleWriter is I10: a lock holder paused past its lease (a GC pause, a stopped process)
-// wakes after another copy took the lock and paid, and writes anyway. No lock can stop that;
-// the store must refuse the stale write. The server pauses the holder on request (?pause=),
-// which only the lab's routes take, so both runs need ONCEPAY_LAB=true: oncepay's run goes
-// through oncepay's guard and order service with a lease nothing renews, where the dedup
-// record's unique key and the state precondition refuse the holder; the lab's goes through
-// the naive lock and an unconditional write, which lands.
-func (d *drill) staleWriter(ctx context.Context, rt routes) (outcome, error) {
-	var out outcome
-	if !d.lab {
-		out.skipped = "the server pauses a lock holder only under /lab/: start it with ONCEPAY_LAB=true to run I10"
-		return out, nil
-	}
-	sku, o, err := d.orderOnNewSKU(ctx, rt, "I10", 1)
-	if err != nil {
-		return out, err
-	}
-	tradeNo, body := d.notification(string(o.OrderID), o.Amount)
-	shots := []shot{
-		d.notifyShot(0, "paused holder", rt.pausedNotify+"?pause="+i10Pause.String(), body),
-		d.notifyShot(i10RetryAt, "retry after the lease", rt.pausedNotify, body),
-	}
-	w := d.watchOrder(ctx, o)
-	out.copies = fireAll(ctx, shots)
-	final, after, err := d.finalState(ctx, w, string(o.OrderID), sku.SKU)
-	if err != nil {
-		return out, err
-	}
-	checkNotifyAnswers(&out.findings, out.copies)
-	checkPaidOnce(&out.findings, w, final, after.since(sku), tradeNo)
-	holder, retry := out.copies[0], out.copies[1]
-	stale := retry.Error == "" && holder.Error == "" && retry.StartMS+retry.DurationMS < holder.StartMS+holder.DurationMS
-	if !stale {
-		out.notef("the retry was not answered before the paused holder (+%s against +%s), so the holder did not write last; "+
-			"the server was too busy to replay I10's order of events", fmtMS(retry.StartMS+retry.DurationMS), fmtMS(holder.StartMS+holder.DurationMS))
-	}
-	if rt.target == oncepayRoutes.target && holder.Outcome == "executed" && retry.Outcome == "executed" {
-		out.answerf("both the paused holder and the retry report Idempotency-Outcome: executed")
-	}
-	out.expected = "PAID once, by the retry that took the expired lease; the paused holder's late write refused; stock available -1, reserved +0, sold +1"
-	out.observed = fmt.Sprintf("%s; stock %s; paid_at %s; the paused holder answered %s after %s", final.Status, after.since(sku),
-		orNone(w.paidAtPath()), answerSummary(holder), fmtMS(holder.DurationMS))
-	out.held = fmt.Sprintf("the holder, paused %s past its 1s lease, wrote after the retry had paid; its stale write was refused (%s); paid once",
-		i10Pause, answerSummary(holder))
-	if !stale {
-		out.held = "paid once, although the retry did not finish before the paused holder woke"
-	}
 	return out, nil
 }
 
