@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/redis/go-redis/v9"
-	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/idemhttp"
@@ -74,33 +73,5 @@ func (l *Lab) payAfterFailover(w http.ResponseWriter, r *http.Request) {
 // precondition (the order is no longer PENDING_PAYMENT) and the dedup record's unique key,
 // rolls back, and is answered the stored result of the copy that paid (replayed).
 func (l *Lab) payGuardedAfterFailover(w http.ResponseWriter, r *http.Request) {
-	pause, err := pauseOf(r)
-	if err != nil {
-		web.WriteError(w, r, err)
-		return
-	}
-	body, err := web.ReadBody(r)
-	if err != nil {
-		web.WriteError(w, r, err)
-		return
-	}
-	n, id, err := decodeNotification(r)
-	if err != nil {
-		web.WriteError(w, r, err)
-		return
-	}
-	key := idempotent.Key{Scope: "channel:" + n.Channel, BizType: "lab.failover.payment", BizKey: n.TradeNo}
-	ctx := context.WithValue(r.Context(), pauseKey{}, pause)
-	ctx = context.WithValue(ctx, failoverKey{}, pause > 0)
-	r = r.WithContext(ctx)
-	_, _ = l.failover.Do(w, r, key, body, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-		moved, _, err := l.orders.Pay(ctx, tx, id, n.Channel, n.TradeNo)
-		switch {
-		case err != nil:
-			return idempotent.Response{}, err
-		case !moved:
-			return idemhttp.JSON(http.StatusOK, success, idemhttp.HeaderOutcome, string(idempotent.StateRejected)), nil
-		}
-		return idemhttp.JSON(http.StatusOK, success), nil
-	}))
+	l.payGuarded(w, r, l.failover, "lab.failover.payment", true)
 }

@@ -86,6 +86,14 @@ func (l *Lab) payAfterPause(w http.ResponseWriter, r *http.Request) {
 //
 // The store refuses the stale write; the lease never had to hold.
 func (l *Lab) payGuardedAfterPause(w http.ResponseWriter, r *http.Request) {
+	l.payGuarded(w, r, l.guarded, "lab.guarded.payment", false)
+}
+
+// payGuarded is the guarded payment of I10 and I15: the notification through guard (one of
+// the lab's copies of oncepay's guard) and the order service's Pay, as the real notification
+// route does, with ?pause= for the holder (and, with failover, its lease lost right after it
+// was taken: forgetLease, failover.go).
+func (l *Lab) payGuarded(w http.ResponseWriter, r *http.Request, guard *idemhttp.Adapter, bizType string, failover bool) {
 	pause, err := pauseOf(r)
 	if err != nil {
 		web.WriteError(w, r, err)
@@ -101,9 +109,12 @@ func (l *Lab) payGuardedAfterPause(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, err)
 		return
 	}
-	key := idempotent.Key{Scope: "channel:" + n.Channel, BizType: "lab.guarded.payment", BizKey: n.TradeNo}
-	r = r.WithContext(context.WithValue(r.Context(), pauseKey{}, pause))
-	_, _ = l.guarded.Do(w, r, key, body, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	key := idempotent.Key{Scope: "channel:" + n.Channel, BizType: bizType, BizKey: n.TradeNo}
+	ctx := context.WithValue(r.Context(), pauseKey{}, pause)
+	if failover {
+		ctx = context.WithValue(ctx, failoverKey{}, pause > 0)
+	}
+	_, _ = guard.Do(w, r.WithContext(ctx), key, body, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		moved, _, err := l.orders.Pay(ctx, tx, id, n.Channel, n.TradeNo)
 		switch {
 		case err != nil:
