@@ -48,6 +48,9 @@ func certifiedLocks(db *gorm.DB) bool {
 	if database.DialectOf(db) != database.MySQL {
 		return false
 	}
+	if galera, known := database.KnownGalera(db); known {
+		return galera
+	}
 	sqlDB, err := db.DB()
 	if err != nil {
 		return true

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -59,13 +60,16 @@ func Open(opts Options) (*gorm.DB, error) {
 		NowFunc:                func() time.Time { return time.Now().UTC() },
 		TranslateError:         false,
 	}
-	var dialector gorm.Dialector
+	var (
+		dialector gorm.Dialector
+		galera    *bool // whether the server is a Galera node, when Open asked it
+	)
 	if opts.MySQLDSN != "" {
 		dsn, err := normalizeMySQLDSN(opts.MySQLDSN)
 		if err != nil {
 			return nil, err
 		}
-		if dsn, err = withGaleraParams(dsn, opts.WsrepSyncWait); err != nil {
+		if dsn, galera, err = withGaleraParams(dsn, opts.WsrepSyncWait); err != nil {
 			return nil, err
 		}
 		// No INSERT … RETURNING on MariaDB: every id is a snowflake set before the insert,
@@ -91,6 +95,9 @@ func Open(opts Options) (*gorm.DB, error) {
 	sqlDB, err := db.DB()
 	if err != nil {
 		return nil, err
+	}
+	if galera != nil {
+		galeraOf.Store(sqlDB, *galera)
 	}
 	if opts.MySQLDSN != "" {
 		n := opts.MaxOpenConns
@@ -136,33 +143,51 @@ func normalizeMySQLDSN(dsn string) (string, error) {
 // leaves dsn as it is. go-sql-driver sends every unknown DSN parameter as a SET on each new
 // connection, so the whole pool reads causally (I1 on a cluster: a report on one node right
 // after its order committed on another must not find "no such order").
-func withGaleraParams(dsn string, syncWait int) (string, error) {
+// It also returns whether the server is a Galera node when it asked (nil when it did not).
+func withGaleraParams(dsn string, syncWait int) (string, *bool, error) {
 	if syncWait == 0 {
-		return dsn, nil
+		return dsn, nil, nil
 	}
 	c, err := gomysql.ParseDSN(dsn)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if _, set := c.Params["wsrep_sync_wait"]; set {
-		return dsn, nil
+		return dsn, nil, nil
 	}
 	probe, err := sql.Open("mysql", dsn)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer probe.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	galera, err := IsGalera(ctx, probe)
 	if err != nil {
-		return "", fmt.Errorf("ask the MySQL server whether it is a Galera node: %w", err)
+		return "", nil, fmt.Errorf("ask the MySQL server whether it is a Galera node: %w", err)
 	}
 	if !galera {
-		return dsn, nil
+		return dsn, &galera, nil
 	}
 	c.Params["wsrep_sync_wait"] = fmt.Sprint(syncWait)
-	return c.FormatDSN(), nil
+	return c.FormatDSN(), &galera, nil
+}
+
+// galeraOf holds, by pool, whether Open found the server to be a Galera node.
+var galeraOf sync.Map // *sql.DB → bool
+
+// KnownGalera reports whether db's server is a Galera node, if Open already asked it (known
+// false when it did not: the caller asks IsGalera itself), so that the start-up asks once.
+func KnownGalera(db *gorm.DB) (galera, known bool) {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return false, false
+	}
+	v, ok := galeraOf.Load(sqlDB)
+	if !ok {
+		return false, false
+	}
+	return v.(bool), true
 }
 
 // IsGalera reports whether the server db reaches is a MariaDB Galera node: wsrep_on is ON,
