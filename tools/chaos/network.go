@@ -165,10 +165,10 @@ func (f *faulter) injectNetwork(ctx context.Context, kind string) bool {
 			}
 		}))
 		hold, done = 2*f.every, all
-		before := metric(heal, in, "idempotency_tx_indefinite_total")
+		before := metric(heal, in, "oncepay_idempotency_tx_indefinite_total")
 		defer func() {
-			after := metric(heal, in, "idempotency_tx_indefinite_total")
-			f.record(kind+"_resolved", fmt.Sprintf("oncepay-%d's guard read %s lost COMMITs' outcome from their records (idempotency_tx_indefinite_total %s → %s; the other cuts struck the background jobs)", n, diff(before, after), before, after), nil)
+			after := metric(heal, in, "oncepay_idempotency_tx_indefinite_total")
+			f.record(kind+"_resolved", fmt.Sprintf("oncepay-%d's guard read %s lost COMMITs' outcome from their records (oncepay_idempotency_tx_indefinite_total %s → %s; the other cuts struck the background jobs)", n, diff(before, after), before, after), nil)
 		}()
 		detail = fmt.Sprintf("oncepay-%d's next %d COMMITs lose their answer (cut once sent), for up to %s", in.n, cuts, hold)
 	case faultLeaseHolderCut:
@@ -178,13 +178,13 @@ func (f *faulter) injectNetwork(ctx context.Context, kind string) bool {
 			f.record(kind, "skipped: a Redis Cluster's clients reach the nodes at their own addresses, past any proxy", nil)
 			return true
 		}
-		before := metric(heal, in, "idempotency_lock_lost_total")
+		before := metric(heal, in, "oncepay_idempotency_lock_lost_total")
 		hold = 2*f.lockTTL + time.Duration(mrand.IntN(1000))*time.Millisecond
 		apply(rs[routeRedis].Partition())
 		detail = fmt.Sprintf("oncepay-%d (payments hold their lease past the lock TTL %s) cut from Redis for %s while its payments run", in.n, f.lockTTL, hold)
 		defer func() {
-			after := metric(heal, in, "idempotency_lock_lost_total")
-			f.record(kind+"_leases", fmt.Sprintf("oncepay-%d lost %s leases while it worked (idempotency_lock_lost_total %s → %s)", in.n, diff(before, after), before, after), nil)
+			after := metric(heal, in, "oncepay_idempotency_lock_lost_total")
+			f.record(kind+"_leases", fmt.Sprintf("oncepay-%d lost %s leases while it worked (oncepay_idempotency_lock_lost_total %s → %s)", in.n, diff(before, after), before, after), nil)
 		}()
 	}
 	f.record(kind, detail, err)
@@ -230,7 +230,7 @@ func metric(ctx context.Context, in *instance, name string) string {
 			return v
 		}
 	}
-	return "0"
+	return "?"
 }
 
 // diff is after − before of two counter readings, or "?" .
