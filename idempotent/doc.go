@@ -64,4 +64,17 @@
 //	401, 403, 408, 429                no                     about the caller or the moment
 //	5xx, any other error, a panic,    no (rolled back)       nothing happened; a retry runs again
 //	a cancelled context
+//
+// # When the database fails under the transaction
+//
+// Config.Classify (mysqlerr, pgerr, sqliteerr) tells the guard what a database error means.
+// A transaction the database aborted (a deadlock, a Galera certification conflict) or could
+// not serve (a Galera node not ready) is run again with backoff for Config.RetryFor, then
+// answered ErrDatabaseBusy. A connection lost under a statement (ErrorConnectionLost: reset,
+// closed, timed out) is run again the same way — but one lost at the COMMIT is indefinite:
+// the commit may have applied with its answer lost. The guard reads the record on another
+// connection first (resolveCommit): found with this attempt's answer, the attempt executed.
+// Not found, the rerun is safe either way, for were the commit applied after all, the rerun's
+// record meets the committed one as a duplicate and replays it. TestCommitAnswerLost cuts a
+// real connection the moment its COMMIT went out (internal/testsupport/netfault).
 package idempotent
