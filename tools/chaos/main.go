@@ -290,6 +290,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		c.exits[in.name] = in.exits
 		in.mu.Unlock()
 	}
+	if c.kafka, err = readKafka(ctx, w.kafka.Brokers); err != nil {
+		return 2, fmt.Errorf("read the broker's topics: %w", err)
+	}
+	w.broker.mu.Lock()
+	c.exits[w.broker.name] = w.broker.exits
+	w.broker.mu.Unlock()
 	if err := c.run(ctx); err != nil {
 		return 2, fmt.Errorf("check: %w", err)
 	}
