@@ -94,9 +94,9 @@ drill: tools
 	./tools/drill.sh
 
 ## chaos: the full chaos run: a private MariaDB, Redis, Kafka, the channel simulator and three
-## oncepay processes behind a private nginx gateway (127.0.0.1:8801) under kill -9, SIGSTOP, Redis
-## and MariaDB crashes, with a faulty merchant receiver of the webhooks; ≥ 10,000 deliveries,
-## then a history checker. Needs mariadbd, mariadb-install-db, redis-server, redis-cli and nginx
+## oncepay processes behind a private nginx gateway (127.0.0.1:8801) under kill -9, SIGSTOP, Redis,
+## MariaDB and Kafka broker crashes, with a faulty merchant receiver of the webhooks;
+## ≥ 10,000 deliveries, then a history checker. Needs mariadbd, mariadb-install-db, redis-server, redis-cli and nginx
 ## on PATH. Output in chaos-out/ (history.jsonl, summary.json, webhooks.json, report.html);
 ## exit 1 on any violation. See docs/chaos.md.
 ## CHAOS_FLAGS=-redis-cluster runs Redis as a local cluster of three masters and three replicas

@@ -65,6 +65,9 @@ type checker struct {
 	// nil skips the webhook checks.
 	hooks *hookView
 
+	// kafka is what the broker holds after the run (check_kafka.go); nil skips its checks.
+	kafka *kafkaView
+
 	// recs and dbOrders are read once, by the first check that needs them.
 	recs     map[[2]string]record
 	dbOrders map[string]dbOrder
@@ -132,7 +135,7 @@ var userWrites = []string{"order", "pay", "cancel", "refund", "recharge"}
 func (c *checker) run(ctx context.Context) error {
 	steps := []func(context.Context) error{
 		c.checkReplays, c.checkRecords, c.checkOrders, c.checkRefundRows, c.checkRecharges, c.checkPayments, c.checkStock,
-		c.checkBalances, c.checkRefunds, c.checkLeases, c.checkOutbox, c.checkEvents, c.checkWebhooks,
+		c.checkBalances, c.checkRefunds, c.checkLeases, c.checkOutbox, c.checkEvents, c.checkWebhooks, c.checkBroker,
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
@@ -921,7 +924,8 @@ func (c *checker) checkInstances() {
 // kafkaBacklog returns how many messages the payment consumer group has not committed yet,
 // and how many messages the DLQ holds.
 func kafkaBacklog(ctx context.Context, brokers []string) (lag, dlq int64, err error) {
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	cl, closeClient := brokerClient(brokers, 5*time.Second)
+	defer closeClient()
 	meta, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{okafka.TopicPaymentNotifications, okafka.TopicPaymentNotificationsDLQ}})
 	if err != nil {
 		return 0, 0, err

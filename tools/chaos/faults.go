@@ -19,12 +19,13 @@ const (
 	faultKillMariaDB   = "kill_mariadb"     // kill -9 MariaDB and restart it (crash recovery)
 	faultRedeliver     = "kafka_redelivery" // publish earlier notifications again
 	faultChannel       = "channel_faults"   // the channel drops, duplicates and times out after applying
+	faultKillKafka     = "kill_kafka"       // kill -9 the Kafka broker, restart it on its data (kafka.go)
 )
 
 // allFaults is the rotation of the fault scheduler.
 // The run adds its mode's network faults (mode.netFaults) and, with -redis-cluster, the
 // failovers.
-var allFaults = []string{faultKillInstance, faultPauseInstance, faultRestartRedis, faultKillMariaDB, faultRedeliver, faultChannel}
+var allFaults = []string{faultKillInstance, faultPauseInstance, faultRestartRedis, faultKillMariaDB, faultRedeliver, faultChannel, faultKillKafka}
 
 // faulter injects faults into the world on a schedule.
 type faulter struct {
@@ -120,6 +121,8 @@ func (f *faulter) inject(ctx context.Context, kind string) {
 		start := time.Now()
 		err := f.w.mariadb.start(heal)
 		f.record(kind+"_healed", fmt.Sprintf("mariadb restarted, crash recovery and ready in %s", time.Since(start).Round(time.Millisecond)), err)
+	case faultKillKafka:
+		f.killKafka(ctx, heal)
 	case faultKillRedisMaster, faultFailoverForce:
 		f.injectRedisCluster(ctx, heal, kind)
 	case faultRedeliver:

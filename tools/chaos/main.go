@@ -5,8 +5,9 @@
 // drives a randomized workload at it (orders, payments through the channel with extra copies
 // by HTTP and by Kafka, cancels, refunds, recharges, retries after client timeouts) while it
 // injects faults on a schedule (kill -9 an instance, SIGSTOP one longer than the lock TTL,
-// restart Redis empty, kill -9 MariaDB, Kafka redelivery, channel faults, payments slower
-// than the lock TTL; with a cluster, Redis failovers) and serves a faulty merchant receiver of
+// restart Redis empty, kill -9 MariaDB, kill -9 the Kafka broker (a process of its own,
+// kafka.go), Kafka redelivery, channel faults, payments slower than the lock TTL; with a
+// cluster, Redis failovers) and serves a faulty merchant receiver of
 // oncepay's webhooks (receiver.go), records every delivery in a JSON-lines history and, once the run has
 // settled, checks the history and the stores against oncepay's invariants. It prints a
 // summary, writes history.jsonl, summary.json and report.html, and exits 1 on any violation.
@@ -295,6 +296,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		c.exits[in.name] = in.exits
 		in.mu.Unlock()
 	}
+	if c.kafka, err = readKafka(ctx, w.kafka.Brokers); err != nil {
+		return 2, fmt.Errorf("read the broker's topics: %w", err)
+	}
+	w.broker.mu.Lock()
+	c.exits[w.broker.name] = w.broker.exits
+	w.broker.mu.Unlock()
 	if err := c.run(ctx); err != nil {
 		return 2, fmt.Errorf("check: %w", err)
 	}

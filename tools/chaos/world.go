@@ -25,10 +25,10 @@ import (
 )
 
 // world is everything a chaos run starts on this machine and tears down afterwards: a private
-// MariaDB server, a private Redis (one server or a three-node cluster), the Kafka broker, the
-// channel simulator, an nginx gateway in front of the oncepay instances (gateway.go: the
-// address the clients and the channel's notifications go to) and the oncepay instances
-// themselves. Nothing of it touches a server it did not start.
+// MariaDB server, a private Redis (one server or a three-node cluster), the Kafka broker (a
+// process of its own, kafka.go), the channel simulator, an nginx gateway in front of the
+// oncepay instances (gateway.go: the address the clients and the channel's notifications go
+// to) and the oncepay instances themselves. Nothing of it touches a server it did not start.
 type world struct {
 	dir     string
 	mariadb *server
@@ -48,6 +48,9 @@ type world struct {
 	// routes are each instance's proxies (network.go).
 	net    *netfault.Net
 	routes map[int]routes
+	// broker is the Kafka broker's process (kafka.go); kafka holds its address, for the
+	// instances and for the chaos process's own producer and reads.
+	broker *server
 
 	// secret and adminKey are fresh for every run: oncepay refuses the dev-* defaults on a
 	// real database.
@@ -210,11 +213,7 @@ func startWorld(ctx context.Context, opts worldOptions) (_ *world, err error) {
 	if err := w.startRedis(ctx, opts.redisCluster); err != nil {
 		return nil, err
 	}
-	kport, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	if w.kafka, err = kafka.Open(ctx, nil, kafka.EmbeddedOptions{Addr: fmt.Sprintf("127.0.0.1:%d", kport)}); err != nil {
+	if err := w.startKafka(ctx); err != nil {
 		return nil, err
 	}
 	if err := w.startSim(); err != nil {
@@ -473,9 +472,7 @@ func (w *world) close() {
 	if w.sim != nil {
 		_ = w.sim.Close()
 	}
-	if w.kafka != nil {
-		w.kafka.Close()
-	}
+	w.stopKafka()
 	for _, s := range w.redis {
 		s.kill()
 	}

@@ -82,8 +82,15 @@ type Cluster struct {
 type EmbeddedOptions struct {
 	// Addr is host:port to listen on; port 0 picks a free one.
 	Addr string
-	// DataDir persists topics and committed offsets across restarts; empty keeps them in memory.
+	// DataDir persists topics, messages and committed offsets across restarts; empty keeps them
+	// in memory. kfake writes each produced batch and each offset commit to its files before it
+	// answers, so a process killed with SIGKILL loses nothing it acknowledged: the page cache
+	// keeps the writes. Only a crash of the machine can lose the tail, unless SyncWrites is set.
 	DataDir string
+	// SyncWrites makes the broker fsync every batch it writes to DataDir before it answers, so
+	// that an acknowledged message survives a crash of the machine too, at the cost of one fsync
+	// per batch.
+	SyncWrites bool
 }
 
 // Open returns the cluster at brokers, or starts an embedded one when brokers is empty. The
@@ -104,6 +111,9 @@ func Open(ctx context.Context, brokers []string, embedded EmbeddedOptions) (*Clu
 		}
 		if embedded.DataDir != "" {
 			opts = append(opts, kfake.DataDir(embedded.DataDir))
+			if embedded.SyncWrites {
+				opts = append(opts, kfake.SyncWrites())
+			}
 		}
 		k, err := kfake.NewCluster(opts...)
 		if err != nil {
@@ -147,9 +157,16 @@ func (c *Cluster) EnsureTopics(ctx context.Context, partitions int, topics ...st
 	return nil
 }
 
-// Ping checks that a broker answers a metadata request.
+// Ping checks that a broker answers a metadata request now. Each ping has a transport of its
+// own, closed afterwards: kafka-go's transports answer a metadata request from the metadata they
+// cached (kafka-go transport.go, connPool.roundTrip), so a client on a shared transport, such as
+// kafka.DefaultTransport, would go on reporting a broker that was killed as up until its next
+// refresh of the metadata, and a dead pooled connection to a broker that came back would fail
+// the first ping after its restart.
 func (c *Cluster) Ping(ctx context.Context) error {
-	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 2 * time.Second}
+	t := &kafka.Transport{Dial: c.Dial}
+	defer t.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: 2 * time.Second, Transport: t}
 	_, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{TopicOrderEvents}})
 	return err
 }

@@ -1,5 +1,7 @@
 // Command chaos runs the chaos world — private servers, three oncepay instances, faults — and
-// checks the history it recorded (tools/chaos; docs/chaos.md).
+// checks the history it recorded (tools/chaos; docs/chaos.md). "chaos kafka-broker -addr … -data …"
+// serves the run's Kafka broker instead (chaos.BrokerMain): the run starts its own executable
+// that way, as a process of its own that it kills -9 and starts again.
 package main
 
 import (
@@ -15,6 +17,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == chaos.BrokerCommand {
+		os.Exit(chaos.BrokerMain(ctx, os.Args[2:], os.Stderr))
+	}
 	code, err := chaos.Run(ctx, os.Args[1:], os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
