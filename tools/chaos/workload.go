@@ -35,9 +35,11 @@ const settleTimeout = 60 * time.Second
 
 // workload drives randomized business traffic at the instances and records every delivery.
 type workload struct {
-	w      *world
-	h      *history
-	http   *http.Client
+	w    *world
+	h    *history
+	http *http.Client
+	// admin waits longer, for the direct admin calls (call.direct).
+	admin  *http.Client
 	kafka  *kafka.Writer
 	secret string
 
@@ -52,6 +54,9 @@ func newWorkload(w *world, h *history) *workload {
 	return &workload{
 		w: w, h: h, secret: w.secret,
 		http: &http.Client{Timeout: clientTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 10 * time.Second}},
+		// A day's reconcile-bills over 30,000 deliveries' trades takes longer than a client's
+		// patience.
+		admin: &http.Client{Timeout: settleTimeout},
 		kafka: &kafka.Writer{
 			Addr:         kafka.TCP(w.kafka.Brokers...),
 			Topic:        okafka.TopicPaymentNotifications,
@@ -130,7 +135,11 @@ func (wl *workload) deliver(ctx context.Context, inst int, c call) *event {
 	if len(c.body) > 0 {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := wl.http.Do(req)
+	client := wl.http
+	if c.direct && wl.admin != nil {
+		client = wl.admin
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		e.Err = shortErr(err)
 		return e
