@@ -30,6 +30,7 @@ func BrokerMain(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:9092", "host:port to listen on")
 	data := fs.String("data", "", "the data directory (required): topics, messages and committed offsets")
+	advertise := fs.String("advertise", "", "host:port to announce to clients instead of -addr (a proxy in front of the broker)")
 	sync := fs.Bool("sync", false, "fsync every batch before acknowledging it (survives a crash of the machine, not only of the process)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -39,13 +40,13 @@ func BrokerMain(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	start := time.Now()
-	c, err := kafka.Open(ctx, nil, kafka.EmbeddedOptions{Addr: *addr, DataDir: *data, SyncWrites: *sync})
+	c, err := kafka.Open(ctx, nil, kafka.EmbeddedOptions{Addr: *addr, DataDir: *data, SyncWrites: *sync, Advertise: *advertise})
 	if err != nil {
 		fmt.Fprintln(stderr, "kafka-broker:", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "%s kafka-broker: serving on %s, data %s (sync %t), opened in %s\n",
-		time.Now().UTC().Format(time.RFC3339Nano), c.Brokers[0], *data, *sync, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stderr, "%s kafka-broker: serving on %s as %s, data %s (sync %t), opened in %s\n",
+		time.Now().UTC().Format(time.RFC3339Nano), *addr, c.Brokers[0], *data, *sync, time.Since(start).Round(time.Millisecond))
 	<-ctx.Done()
 	c.Close()
 	fmt.Fprintf(stderr, "%s kafka-broker: closed\n", time.Now().UTC().Format(time.RFC3339Nano))
@@ -66,10 +67,17 @@ func (w *world) startKafka(ctx context.Context) error {
 		return err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	w.kafka = &kafka.Cluster{Brokers: []string{addr}}
+	// Every client reaches the broker through one toxiproxy proxy, which the broker announces
+	// as its address (kafka_partition, network.go).
+	p, err := w.network().Proxy("kafka", addr)
+	if err != nil {
+		return err
+	}
+	w.kafkaProxy = p
+	w.kafka = &kafka.Cluster{Brokers: []string{p.Addr()}}
 	w.broker = &server{
 		name: "kafka",
-		args: []string{exe, BrokerCommand, "-addr", addr, "-data", filepath.Join(w.dir, "kafka")},
+		args: []string{exe, BrokerCommand, "-addr", addr, "-advertise", p.Addr(), "-data", filepath.Join(w.dir, "kafka")},
 		logf: filepath.Join(w.dir, "kafka.log"),
 	}
 	w.broker.ready = func(ctx context.Context) error {

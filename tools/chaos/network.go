@@ -34,10 +34,14 @@ const (
 	// for twice the TTL while its payments run: its watchdog cannot renew, the lease lapses,
 	// another instance may take it, and the dedup record must fence the two.
 	faultLeaseHolderCut = "lease_holder_cut"
+	// faultKafkaPartition drops every byte between the Kafka broker and all its clients — the
+	// instances' relays and consumers, the run's own producer — for 2–5 s: one proxy stands
+	// in front of the broker for everyone, since the broker announces one address.
+	faultKafkaPartition = "kafka_partition"
 )
 
 // netFaults are the network faults of the rotation.
-var netFaults = []string{faultNetLatency, faultNetPartition, faultNetReset, faultNetSlowClose, faultNetBandwidth, faultCommitLost, faultLeaseHolderCut}
+var netFaults = []string{faultNetLatency, faultNetPartition, faultNetReset, faultNetSlowClose, faultNetBandwidth, faultCommitLost, faultLeaseHolderCut, faultKafkaPartition}
 
 // The services an instance reaches through a proxy of its own.
 const (
@@ -52,19 +56,26 @@ type routes map[string]*netfault.Proxy
 // route puts a proxy between instance n and upstream (host:port) for service, and returns
 // the address the instance dials instead.
 func (w *world) route(n int, service, upstream string) (string, error) {
-	if w.net == nil {
-		w.net = netfault.New()
-		w.routes = map[int]routes{}
-	}
-	p, err := w.net.Proxy(fmt.Sprintf("oncepay-%d-%s", n, service), upstream)
+	p, err := w.network().Proxy(fmt.Sprintf("oncepay-%d-%s", n, service), upstream)
 	if err != nil {
 		return "", err
+	}
+	if w.routes == nil {
+		w.routes = map[int]routes{}
 	}
 	if w.routes[n] == nil {
 		w.routes[n] = routes{}
 	}
 	w.routes[n][service] = p
 	return p.Addr(), nil
+}
+
+// network is the run's toxiproxy, started at its first use.
+func (w *world) network() *netfault.Net {
+	if w.net == nil {
+		w.net = netfault.New()
+	}
+	return w.net
 }
 
 // routeDSN is dsn with its address replaced by instance n's proxy to it.
@@ -110,6 +121,10 @@ func (f *faulter) injectNetwork(ctx context.Context, kind string) bool {
 		return false
 	}
 	heal := context.WithoutCancel(ctx)
+	if kind == faultKafkaPartition {
+		f.partitionKafka(heal)
+		return true
+	}
 	in := f.w.insts[mrand.IntN(len(f.w.insts))]
 	rs := f.w.routes[in.n]
 	services := rs.services()
@@ -199,6 +214,21 @@ func (f *faulter) injectNetwork(ctx context.Context, kind string) bool {
 	}
 	f.record(kind+"_healed", fmt.Sprintf("oncepay-%d's routes whole again", in.n), nil)
 	return true
+}
+
+// partitionKafka is kafka_partition: the broker's proxy drops every byte for 2–5 s, then
+// closes the connections it cut. Producers (the outbox relays, the run's Kafka copies) and the
+// consumer group hang until their timeouts and resume once it heals.
+func (f *faulter) partitionKafka(heal context.Context) {
+	hold := time.Duration(2000+mrand.IntN(3000)) * time.Millisecond
+	undo, err := f.w.kafkaProxy.Partition()
+	f.record(faultKafkaPartition, fmt.Sprintf("the Kafka broker cut from every client for %s (every byte dropped, new connections too)", hold), err)
+	if err != nil {
+		return
+	}
+	sleepCtx(heal, hold)
+	undo()
+	f.record(faultKafkaPartition+"_healed", "the broker's route whole again", nil)
 }
 
 // services lists the routes' services in a stable order.

@@ -48,6 +48,8 @@ type world struct {
 	// routes are each instance's proxies (network.go).
 	net    *netfault.Net
 	routes map[int]routes
+	// kafkaProxy stands between the broker and all its clients (kafka.go).
+	kafkaProxy *netfault.Proxy
 	// broker is the Kafka broker's process (kafka.go); kafka holds its address, for the
 	// instances and for the chaos process's own producer and reads.
 	broker *server

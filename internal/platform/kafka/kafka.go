@@ -91,7 +91,38 @@ type EmbeddedOptions struct {
 	// that an acknowledged message survives a crash of the machine too, at the cost of one fsync
 	// per batch.
 	SyncWrites bool
+	// Advertise, when set, is the host:port the broker announces in its metadata instead of
+	// the address it listens on: the address of a proxy in front of it (the chaos run's
+	// toxiproxy, tools/chaos/kafka.go), so that clients stay behind the proxy after their
+	// first metadata request.
+	Advertise string
 }
+
+// advertising is a kfake.ListenFn whose listener reports addr as its address: kfake announces
+// its listener's address to clients.
+func advertising(addr string) func(network, address string) (net.Listener, error) {
+	return func(network, address string) (net.Listener, error) {
+		ln, err := net.Listen(network, address)
+		if err != nil {
+			return nil, err
+		}
+		tcp, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("advertised address %q: %w", addr, err)
+		}
+		return advertised{Listener: ln, addr: tcp}, nil
+	}
+}
+
+// advertised is a listener that reports another address.
+type advertised struct {
+	net.Listener
+	addr net.Addr
+}
+
+// Addr is the advertised address.
+func (a advertised) Addr() net.Addr { return a.addr }
 
 // Open returns the cluster at brokers, or starts an embedded one when brokers is empty. The
 // contract's topics are created when missing.
@@ -108,6 +139,9 @@ func Open(ctx context.Context, brokers []string, embedded EmbeddedOptions) (*Clu
 			kfake.DefaultNumPartitions(Partitions),
 			kfake.AllowAutoTopicCreation(),
 			kfake.SeedTopics(Partitions, Topics...),
+		}
+		if embedded.Advertise != "" {
+			opts = append(opts, kfake.ListenFn(advertising(embedded.Advertise)))
 		}
 		if embedded.DataDir != "" {
 			opts = append(opts, kfake.DataDir(embedded.DataDir))
