@@ -10,6 +10,7 @@ import (
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
@@ -127,7 +128,7 @@ func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines [
 	if err != nil {
 		return Order{}, err
 	}
-	now := time.Now().UTC()
+	now := clock.Now()
 	o := Order{
 		ID: s.ids.Next(), UserID: userID, Status: PendingPayment, Currency: Currency,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.ttl),
@@ -219,7 +220,7 @@ func (s *Service) end(ctx context.Context, tx *gorm.DB, o Order, to Status, even
 // stock and writes order.paid, in tx. It reports false, changing nothing, when the order had
 // already moved on; the returned order is then its current state, for the caller to decide.
 func (s *Service) Pay(ctx context.Context, tx *gorm.DB, id int64, channel, tradeNo string) (bool, Order, error) {
-	now := time.Now().UTC()
+	now := clock.Now()
 	moved, err := s.orders.Transition(ctx, tx, id, Paid, map[string]any{"channel": channel, "trade_no": tradeNo, "paid_at": now})
 	if err != nil {
 		return false, Order{}, err
@@ -250,7 +251,7 @@ func (s *Service) LockPayable(ctx context.Context, tx *gorm.DB, userID, id int64
 	case o.UserID != userID:
 		return Order{}, ErrNotFound
 	}
-	if o.Status != PendingPayment || !time.Now().Before(o.ExpiresAt) {
+	if o.Status != PendingPayment || !clock.Now().Before(o.ExpiresAt) {
 		return Order{}, ErrIllegalState.Withf("order %d is %s (expires %s); only an unexpired %s order can be paid",
 			id, o.Status, o.ExpiresAt.UTC().Format(time.RFC3339), PendingPayment)
 	}
@@ -273,7 +274,7 @@ func (s *Service) Lookup(ctx context.Context, db *gorm.DB, id int64) (Order, err
 
 // ExpiredIDs returns up to limit orders past their expiry, still unpaid.
 func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]int64, error) {
-	return s.orders.ExpiredIDs(ctx, s.db, time.Now().UTC(), limit)
+	return s.orders.ExpiredIDs(ctx, s.db, clock.Now(), limit)
 }
 
 func lines(o Order) []Line {
@@ -325,7 +326,7 @@ func eventOf(o Order, typ string) func(eventID int64) any {
 	return func(eventID int64) any {
 		return Event{
 			EventID: ids.Format(eventID), Type: typ, OrderID: ids.Format(o.ID), UserID: ids.Format(o.UserID),
-			Status: o.Status, Amount: o.Amount, OccurredAt: time.Now().UTC().Format(time.RFC3339Nano),
+			Status: o.Status, Amount: o.Amount, OccurredAt: clock.Now().Format(time.RFC3339Nano),
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
@@ -149,7 +150,7 @@ func settleFailed(id int64, paid bool, err error) error {
 // markClosed marks order id's trade CLOSED: the channel confirmed that it cannot be paid.
 func (t *Trades) markClosed(ctx context.Context, id int64) error {
 	return t.db.WithContext(ctx).Model(&Trade{}).Where("order_id = ?", id).
-		Updates(map[string]any{"status": TradeClosed, "updated_at": time.Now().UTC()}).Error
+		Updates(map[string]any{"status": TradeClosed, "updated_at": clock.Now()}).Error
 }
 
 // opening reports whether a call that opens row's trade at the channel may still be under

@@ -21,6 +21,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -133,7 +134,7 @@ type Claimed struct {
 // conditional UPDATE carrying the attempt count the candidate was read with: of two senders
 // that read the same candidate only one matches, and rows affected decides.
 func (s *Sender) Claim(ctx context.Context) ([]Claimed, error) {
-	now := time.Now().UTC()
+	now := clock.Now()
 	var due []Delivery
 	err := s.db.WithContext(ctx).Model(&Delivery{}).
 		Joins("JOIN webhook_endpoints e ON e.id = webhook_deliveries.endpoint_id AND e.status <> ?", Disabled).
@@ -216,7 +217,7 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt int) result {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	now := time.Now().UTC()
+	now := clock.Now()
 	r := result{sentAt: now}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(ev.Payload))
 	if err != nil {
@@ -270,7 +271,7 @@ func (s *Sender) record(ctx context.Context, c Claimed, e Endpoint, r result) er
 		if err := tx.Create(&a).Error; err != nil {
 			return err
 		}
-		now := time.Now().UTC()
+		now := clock.Now()
 		cols := map[string]any{"locked_until": nil, "locked_by": nil, "updated_at": now}
 		last := c.RoundAttempts > len(s.Schedule)
 		switch {
@@ -299,7 +300,7 @@ func (s *Sender) record(ctx context.Context, c Claimed, e Endpoint, r result) er
 // fail marks e failing and keeps the delivery that used up its schedule as an anomaly, for an
 // operator to redeliver once the receiver is mended: nothing is dropped silently.
 func (s *Sender) fail(ctx context.Context, tx *gorm.DB, c Claimed, e Endpoint, r result) error {
-	now := time.Now().UTC()
+	now := clock.Now()
 	if err := tx.Model(&Endpoint{}).Where("id = ? AND status = ?", e.ID, Enabled).
 		Updates(map[string]any{"status": Failing, "updated_at": now}).Error; err != nil {
 		return err

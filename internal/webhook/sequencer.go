@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
@@ -116,7 +116,7 @@ func (s *Sequencer) fanOut(ctx context.Context, tx *gorm.DB, batch []pendingEven
 	if err := tx.Where("status <> ?", Disabled).Find(&endpoints).Error; err != nil {
 		return err
 	}
-	now := time.Now().UTC()
+	now := clock.Now()
 	var rows []Delivery
 	for _, ev := range batch {
 		for _, e := range endpoints {

@@ -23,6 +23,7 @@ import (
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/migrations"
 )
 
@@ -56,7 +57,7 @@ func Open(opts Options) (*gorm.DB, error) {
 	cfg := &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true,
-		NowFunc:                func() time.Time { return time.Now().UTC() },
+		NowFunc:                clock.Now,
 		TranslateError:         false,
 	}
 	var dialector gorm.Dialector
