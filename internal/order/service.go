@@ -128,7 +128,14 @@ func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines [
 	if err != nil {
 		return Order{}, err
 	}
-	now := clock.Now()
+	// The order's times come from the database's clock, as the close job's "now" does, so that
+	// an order expires the TTL after it was placed whatever the clock of the instance that
+	// placed it says (ONCEPAY_CHAOS_CLOCK_OFFSET; docs/chaos.md, "Clock skew").
+	now, err := database.Now(ctx, tx)
+	if err != nil {
+		return Order{}, err
+	}
+	now = now.Truncate(time.Microsecond)
 	o := Order{
 		ID: s.ids.Next(), UserID: userID, Status: PendingPayment, Currency: Currency,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.ttl),
@@ -196,7 +203,13 @@ func (s *Service) Close(ctx context.Context, id int64) (bool, error) {
 		if err != nil {
 			return err
 		}
-		moved, err = s.end(ctx, tx, o, Closed, "order.closed")
+		// Expired by the database's clock, not this instance's: one running ahead once closed
+		// orders before their expires_at (docs/chaos.md, "Clock skew").
+		now, err := database.Now(ctx, tx)
+		if err != nil || now.Before(o.ExpiresAt) {
+			return err
+		}
+		moved, err = s.endAt(ctx, tx, o, Closed, "order.closed", map[string]any{"updated_at": now})
 		return err
 	})
 	return moved, err
@@ -205,7 +218,13 @@ func (s *Service) Close(ctx context.Context, id int64) (bool, error) {
 // end moves o to CANCELLED or CLOSED, releases its stock and writes its event, or reports
 // false when the precondition turned it away.
 func (s *Service) end(ctx context.Context, tx *gorm.DB, o Order, to Status, event string) (bool, error) {
-	moved, err := s.orders.Transition(ctx, tx, o.ID, to, nil)
+	return s.endAt(ctx, tx, o, to, event, nil)
+}
+
+// endAt is end with extra columns set: a close stamps updated_at, its close time, with the
+// database's clock, which the chaos run's no_order_closed_early compares with expires_at.
+func (s *Service) endAt(ctx context.Context, tx *gorm.DB, o Order, to Status, event string, set map[string]any) (bool, error) {
+	moved, err := s.orders.Transition(ctx, tx, o.ID, to, set)
 	if err != nil || !moved {
 		return false, err
 	}
@@ -251,7 +270,13 @@ func (s *Service) LockPayable(ctx context.Context, tx *gorm.DB, userID, id int64
 	case o.UserID != userID:
 		return Order{}, ErrNotFound
 	}
-	if o.Status != PendingPayment || !clock.Now().Before(o.ExpiresAt) {
+	// Unexpired by the database's clock, the close job's (Close): an instance whose clock runs
+	// behind once opened trades on orders the close job was closing.
+	now, err := database.Now(ctx, tx)
+	if err != nil {
+		return Order{}, err
+	}
+	if o.Status != PendingPayment || !now.Before(o.ExpiresAt) {
 		return Order{}, ErrIllegalState.Withf("order %d is %s (expires %s); only an unexpired %s order can be paid",
 			id, o.Status, o.ExpiresAt.UTC().Format(time.RFC3339), PendingPayment)
 	}
@@ -272,9 +297,14 @@ func (s *Service) Lookup(ctx context.Context, db *gorm.DB, id int64) (Order, err
 	return s.orders.Get(ctx, db, id)
 }
 
-// ExpiredIDs returns up to limit orders past their expiry, still unpaid.
+// ExpiredIDs returns up to limit orders past their expiry by the database's clock, still
+// unpaid. The instance's clock may run minutes off the others' (docs/chaos.md, "Clock skew").
 func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]int64, error) {
-	return s.orders.ExpiredIDs(ctx, s.db, clock.Now(), limit)
+	now, err := database.Now(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
+	return s.orders.ExpiredIDs(ctx, s.db, now, limit)
 }
 
 func lines(o Order) []Line {

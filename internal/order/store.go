@@ -66,7 +66,10 @@ func get(ctx context.Context, db *gorm.DB, id int64, current bool) (Order, error
 func (st Store) Lock(ctx context.Context, tx *gorm.DB, id int64) error {
 	tx = tx.WithContext(ctx)
 	if database.DialectOf(tx) == database.MySQL && !st.localLocks {
-		res := tx.Exec("UPDATE orders SET updated_at = GREATEST(updated_at + INTERVAL 1 MICROSECOND, ?) WHERE id = ?", clock.Now(), id)
+		// The database's clock: a closed order's updated_at is its close time by that clock
+		// (Service.Close), which a lock on an instance whose clock runs behind must not move
+		// back, nor one ahead push minutes into the future.
+		res := tx.Exec("UPDATE orders SET updated_at = GREATEST(updated_at + INTERVAL 1 MICROSECOND, UTC_TIMESTAMP(6)) WHERE id = ?", id)
 		switch {
 		case res.Error != nil:
 			return res.Error

@@ -127,7 +127,11 @@ func (t *Trades) commitOpening(ctx context.Context, userID, id int64) (order.Ord
 			return err
 		}
 		row, found, err := t.trade(ctx, tx, id)
-		now := clock.Now()
+		if err != nil {
+			return err
+		}
+		// The database's clock, which opening compares with (reconcile.go).
+		now, err := database.Now(ctx, tx)
 		switch {
 		case err != nil:
 			return err

@@ -18,6 +18,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/clock"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -479,7 +480,11 @@ func (h *Handler) Redeliver(ctx context.Context, tx *gorm.DB, id int64, sel Sele
 	case len(events) == 0:
 		return 0, nil
 	}
-	now := clock.Now()
+	// Due now by the database's clock, which Sender.Claim compares with.
+	now, err := database.Now(ctx, tx)
+	if err != nil {
+		return 0, err
+	}
 	rows := make([]Delivery, len(events))
 	for i, ev := range events {
 		rows[i] = Delivery{ID: h.ids.Next(), EndpointID: id, EventID: ev, Status: Pending, NextAttemptAt: now, CreatedAt: now, UpdatedAt: now}

@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/clock"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -132,11 +133,17 @@ type Claimed struct {
 // Claim takes the leases of up to BatchSize due deliveries — pending, due, unleased or with an
 // expired lease, of an endpoint that is not disabled — and returns them. Each claim is a
 // conditional UPDATE carrying the attempt count the candidate was read with: of two senders
-// that read the same candidate only one matches, and rows affected decides.
+// that read the same candidate only one matches, and rows affected decides. "Now" is the
+// database's clock, read once per claim: every sender compares every lease and due time with
+// the one clock they all share, so that a sender whose own clock runs ahead takes no lease
+// that is still held (docs/chaos.md, "Clock skew").
 func (s *Sender) Claim(ctx context.Context) ([]Claimed, error) {
-	now := clock.Now()
+	now, err := database.Now(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
 	var due []Delivery
-	err := s.db.WithContext(ctx).Model(&Delivery{}).
+	err = s.db.WithContext(ctx).Model(&Delivery{}).
 		Joins("JOIN webhook_endpoints e ON e.id = webhook_deliveries.endpoint_id AND e.status <> ?", Disabled).
 		Where("webhook_deliveries.status = ? AND webhook_deliveries.next_attempt_at <= ?", Pending, now).
 		Where("webhook_deliveries.locked_until IS NULL OR webhook_deliveries.locked_until < ?", now).
@@ -271,7 +278,11 @@ func (s *Sender) record(ctx context.Context, c Claimed, e Endpoint, r result) er
 		if err := tx.Create(&a).Error; err != nil {
 			return err
 		}
-		now := clock.Now()
+		// The next attempt's due time is on the database's clock, which Claim compares with.
+		now, err := database.Now(ctx, tx)
+		if err != nil {
+			return err
+		}
 		cols := map[string]any{"locked_until": nil, "locked_by": nil, "updated_at": now}
 		last := c.RoundAttempts > len(s.Schedule)
 		switch {

@@ -10,7 +10,6 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
@@ -116,7 +115,11 @@ func (s *Sequencer) fanOut(ctx context.Context, tx *gorm.DB, batch []pendingEven
 	if err := tx.Where("status <> ?", Disabled).Find(&endpoints).Error; err != nil {
 		return err
 	}
-	now := clock.Now()
+	// Due now by the database's clock, which Sender.Claim compares with.
+	now, err := database.Now(ctx, tx)
+	if err != nil {
+		return err
+	}
 	var rows []Delivery
 	for _, ev := range batch {
 		for _, e := range endpoints {
