@@ -392,6 +392,16 @@ func TestLoadFromInvalid(t *testing.T) {
 			lines: [][]string{{"ONCEPAY_ORDER_TTL", `"-1m"`}},
 		},
 		{
+			name:  "token ttl too short",
+			vars:  map[string]string{"ONCEPAY_IDEMPOTENCY_TOKEN_TTL": "500ms"},
+			lines: [][]string{{"ONCEPAY_IDEMPOTENCY_TOKEN_TTL", "too short"}},
+		},
+		{
+			name:  "clock offset not a duration",
+			vars:  map[string]string{"ONCEPAY_CHAOS_CLOCK_OFFSET": "ten minutes"},
+			lines: [][]string{{"ONCEPAY_CHAOS_CLOCK_OFFSET", "signed duration"}},
+		},
+		{
 			name:  "lock ttl too short for the watchdog",
 			vars:  map[string]string{"ONCEPAY_LOCK_TTL": "1ms"},
 			lines: [][]string{{"ONCEPAY_LOCK_TTL", "too short"}},

@@ -128,6 +128,9 @@ type Claimed struct {
 	Delivery
 	// Token is the lease's holder: only it records the attempt's outcome.
 	Token string
+	// skew is the database's clock minus this instance's, as Claim read them: send signs the
+	// attempt with the database's time, clock.Now() + skew, not the instance's own.
+	skew time.Duration
 }
 
 // Claim takes the leases of up to BatchSize due deliveries — pending, due, unleased or with an
@@ -142,6 +145,7 @@ func (s *Sender) Claim(ctx context.Context) ([]Claimed, error) {
 	if err != nil {
 		return nil, err
 	}
+	skew := now.Sub(clock.Now())
 	var due []Delivery
 	err = s.db.WithContext(ctx).Model(&Delivery{}).
 		Joins("JOIN webhook_endpoints e ON e.id = webhook_deliveries.endpoint_id AND e.status <> ?", Disabled).
@@ -170,7 +174,7 @@ func (s *Sender) Claim(ctx context.Context) ([]Claimed, error) {
 			d.Attempts++
 			d.RoundAttempts++
 			d.LockedUntil, d.LockedBy = &until, &token
-			out = append(out, Claimed{Delivery: d, Token: token})
+			out = append(out, Claimed{Delivery: d, Token: token, skew: skew})
 		}
 	}
 	return out, nil
@@ -216,15 +220,19 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 	if err := s.db.WithContext(ctx).Where("id = ?", c.EndpointID).Take(&e).Error; err != nil {
 		return fmt.Errorf("endpoint %d: %w", c.EndpointID, err)
 	}
-	res := s.send(ctx, e, ev, c.Attempts)
+	res := s.send(ctx, e, ev, c.Attempts, c.skew)
 	return s.record(context.WithoutCancel(ctx), c, e, res)
 }
 
-// send POSTs ev's payload to e, signed now, within Timeout.
-func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt int) result {
+// send POSTs ev's payload to e, signed now by the database's clock (the instance's plus skew),
+// within Timeout. The receiver checks the signed time against its own clock (five minutes,
+// Stripe's tolerance): signed with the clock of an instance ten minutes ahead, every attempt
+// of that instance was refused (docs/chaos.md, "Clock skew").
+func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt int, skew time.Duration) result {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	now := clock.Now()
+	start := time.Now() // the latency's, on the monotonic clock
+	now := clock.Now().Add(skew)
 	r := result{sentAt: now}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(ev.Payload))
 	if err != nil {
@@ -238,7 +246,7 @@ func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt 
 	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
 	req.Header.Set(HeaderSignature, Sign(e.Secrets(now), now, ev.Payload))
 	resp, err := s.client.Do(req)
-	r.latency = time.Since(now)
+	r.latency = time.Since(start)
 	if err != nil {
 		r.err = err.Error()
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -3,6 +3,8 @@ package webhook_test
 import (
 	"context"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +84,35 @@ func TestDeliveriesDueByTheDatabasesClock(t *testing.T) {
 	clock.SetOffset(prev)
 	if n, err := s.RunOnce(ctx); n != 0 || err != nil {
 		t.Errorf("a sender on the database's clock sent %d (%v) before the retry's pause was over, want 0", n, err)
+	}
+}
+
+// TestSignedOnTheDatabasesClock: a sender whose clock runs ten minutes ahead signs each
+// attempt with the database's time, which a receiver's tolerance (five minutes, Stripe's)
+// accepts. Signed with its own clock, every attempt of that sender was refused — and, its
+// refusals answered at once while the other senders waited on slow receivers, it sent 80 % of
+// all attempts: the chaos run's clock skew failed whole deliveries (docs/chaos.md).
+func TestSignedOnTheDatabasesClock(t *testing.T) {
+	f := newFixture(t)
+	rcv := newReceiver(t, nil)
+	f.endpoint(t, rcv.srv.URL, outbox.OrderPaid)
+	f.announce(t, outbox.OrderPaid, map[string]string{"order_id": "9"})
+	f.sequence(t)
+	skew(t, 10*time.Minute)
+	if n, err := f.sender(f.db, time.Second).RunOnce(context.Background()); n != 1 || err != nil {
+		t.Fatalf("sent %d (%v), want 1", n, err)
+	}
+	hits := rcv.got()
+	if len(hits) != 1 {
+		t.Fatalf("receiver got %d attempts, want 1", len(hits))
+	}
+	var ts int64
+	for _, part := range strings.Split(hits[0].signature, ",") {
+		if k, v, _ := strings.Cut(part, "="); k == "t" {
+			ts, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if d := time.Since(time.Unix(ts, 0)); d < -5*time.Second || d > 5*time.Second {
+		t.Errorf("a sender 10 min ahead signed with t=%d, %s off the database's clock; want within seconds (a receiver allows 5 min)", ts, -d)
 	}
 }
