@@ -212,6 +212,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.Reports = notify.New(notify.Config{
 		Guard: a.Guard, DB: a.DB, Anomalies: a.anomalies, Secrets: secrets,
 		Tolerance: cfg.SignatureTolerance, KafkaWindow: cfg.MaxRedeliveryWindow,
+		// A report's signed time is checked against the instance's clock: one that runs off
+		// by more than the tolerance refuses honest reports with 401, which stores nothing,
+		// and the channel's next attempt, on another instance, applies (docs/chaos.md).
+		Now: clock.Now,
 	}, map[notify.Kind]notify.Applier{
 		notify.Trade:    a.payments,
 		notify.Recharge: a.recharges,
