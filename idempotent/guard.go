@@ -50,6 +50,11 @@ type Config struct {
 	// lost to a busy row and answered 500. Default 3s.
 	RetryFor time.Duration
 
+	// Now is the wall clock that stamps the dedup records and the purge's cutoff. Default
+	// time.Now; a service with a clock seam of its own passes that. A token's expiry never
+	// reads it: Redis keeps the expiry, on Redis's clock (IssueToken).
+	Now func() time.Time
+
 	// Lab weakens or swaps parts of the guard for the bench that prices each layer and the
 	// training lab that reproduces the incidents they stop. A service leaves it zero.
 	Lab Lab
@@ -133,6 +138,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryFor <= 0 {
 		c.RetryFor = 3 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.Classify == nil {
 		c.Classify = Classify
@@ -448,7 +456,7 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 			if !storable(r.Status) {
 				return errNotStored
 			}
-			rec.finish(r)
+			rec.finish(r, g.cfg.Now())
 			var err error
 			if g.cfg.Lab.RecordFirst {
 				err = tx.Model(rec).Select("status", "response_status", "response_headers", "response_body", "updated_at").Updates(rec).Error
@@ -557,7 +565,7 @@ func (g *Guard) reject(ctx context.Context, req Request, err error) (Response, b
 // first wins and is answered instead.
 func (g *Guard) storeRejection(ctx context.Context, req Request, resp Response, cause error) (Result, error) {
 	rec := g.newRecord(ctx, req)
-	rec.finish(resp)
+	rec.finish(resp, g.cfg.Now())
 	if err := g.insertRecord(ctx, g.db, rec); err != nil {
 		return g.afterRecordFailed(ctx, req, err)
 	}

@@ -36,7 +36,7 @@ func (g *Guard) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 	if opts.Pause <= 0 {
 		opts.Pause = 50 * time.Millisecond
 	}
-	cutoff := time.Now().UTC().Add(-opts.OlderThan)
+	cutoff := g.cfg.Now().UTC().Add(-opts.OlderThan)
 	var total int64
 	for {
 		// Oldest first along the created_at index: a range scan that stops at the batch's

@@ -120,7 +120,7 @@ func CreateSchema(db *gorm.DB) error {
 }
 
 func (g *Guard) newRecord(ctx context.Context, req Request) *Record {
-	now := time.Now().UTC()
+	now := g.cfg.Now().UTC()
 	return &Record{
 		ID: g.cfg.NewID(), Scope: req.Key.Scope, BizType: req.Key.BizType, BizKey: req.Key.BizKey,
 		RequestID: g.cfg.RequestID(ctx), Fingerprint: req.Fingerprint, Status: StatusProcessing,
@@ -129,13 +129,13 @@ func (g *Guard) newRecord(ctx context.Context, req Request) *Record {
 }
 
 // finish puts the outcome on the record.
-func (r *Record) finish(resp Response) {
+func (r *Record) finish(resp Response, now time.Time) {
 	headers, _ := json.Marshal(resp.Header)
 	r.Status = StatusCompleted
 	r.ResponseStatus = resp.Status
 	r.ResponseHeaders = string(headers)
 	r.ResponseBody = resp.Body
-	r.UpdatedAt = time.Now().UTC()
+	r.UpdatedAt = now.UTC()
 }
 
 func (r Record) response() Response {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -167,7 +166,7 @@ func (g *Guard) claim(ctx context.Context, req Request) (*lease, *cached, error)
 	owner := randomToken()
 	reply, err := claimScript.Run(ctx, g.rdb, []string{g.cacheKey(k), g.leaseKey(k), g.logKey(k)},
 		owner, g.cfg.LockTTL.Milliseconds(), flag(!g.cfg.Lab.NoLock), flag(!g.cfg.Lab.NoCache), req.Fingerprint,
-		time.Now().UnixMilli(), g.cfg.RequestID(ctx), req.Via, g.cfg.CacheTTL.Milliseconds()).Slice()
+		g.cfg.Now().UnixMilli(), g.cfg.RequestID(ctx), req.Via, g.cfg.CacheTTL.Milliseconds()).Slice()
 	if err != nil {
 		return nil, nil, errors.Join(errRedisDown, err)
 	}

@@ -40,18 +40,33 @@ if v == 'used:' .. ARGV[1] then return 2 end
 return 0
 `)
 
-// IssueToken creates a one-time token bound to scope (the user) that lives for ttl.
+// issueScript stores a token of scope ARGV[1] that expires ARGV[2] ms from now, rounded down
+// to the second, by Redis's clock, and returns that expiry in Unix ms. The expiry a client is
+// told is then the one Redis enforces, whatever the issuing instance's own clock says: an
+// instance minutes behind once announced an expires_at minutes before the token's real end,
+// and one ahead an expires_at past it. (TIME in a script needs effects replication, Redis's
+// only mode since 7.0 and its default since 5.0.)
+var issueScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local exp = math.floor((now + tonumber(ARGV[2])) / 1000) * 1000
+redis.call('SET', KEYS[1], ARGV[1], 'PX', math.max(1, exp - now))
+return exp
+`)
+
+// IssueToken creates a one-time token bound to scope (the user) that lives for the token TTL.
+// expiresAt is the end Redis keeps, on Redis's clock (issueScript), to the second.
 func (g *Guard) IssueToken(ctx context.Context, scope string) (token string, expiresAt time.Time, err error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", time.Time{}, err
 	}
 	token = tokenPrefix + hex.EncodeToString(b[:])
-	expiresAt = time.Now().UTC().Add(g.cfg.TokenTTL).Truncate(time.Second)
-	if err := g.rdb.Set(ctx, g.tokenKey(token), scope, g.cfg.TokenTTL).Err(); err != nil {
+	exp, err := issueScript.Run(ctx, g.rdb, []string{g.tokenKey(token)}, scope, g.cfg.TokenTTL.Milliseconds()).Int64()
+	if err != nil {
 		return "", time.Time{}, err
 	}
-	return token, expiresAt, nil
+	return token, time.UnixMilli(exp).UTC(), nil
 }
 
 func (g *Guard) consumeToken(ctx context.Context, scope, token string) (tokenState, error) {

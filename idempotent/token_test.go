@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
 )
@@ -114,5 +115,47 @@ func TestTokenEdges(t *testing.T) {
 	}
 	if n := countEffects(t, e.db, "expired"); n != 0 {
 		t.Errorf("an expired token executed (%d rows)", n)
+	}
+}
+
+// TestTokenExpiryOnRedisClock: the expires_at a token is issued with is the end Redis
+// enforces, whatever the issuing instance's clock says. The guard's clock runs ten minutes
+// behind (as an instance of the chaos run's clock skew does); the announced expiry is still
+// the token TTL from now by the real clock, the token works until then and is refused after.
+// The announced expiry once came from the instance's clock: ten minutes before the token's
+// real end, while Redis still accepted it.
+func TestTokenExpiryOnRedisClock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, skew := range []time.Duration{-10 * time.Minute, 10 * time.Minute} {
+		g := e.guard(idempotent.Config{TokenTTL: 2 * time.Second, Now: func() time.Time { return time.Now().Add(skew) }})
+		ctx := context.Background()
+		before := time.Now()
+		tok, exp, err := g.IssueToken(ctx, "user:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if exp.Before(before.Add(time.Second-50*time.Millisecond)) || exp.After(time.Now().Add(2*time.Second+50*time.Millisecond)) {
+			t.Fatalf("clock %s off: a 2s token issued at %s expires at %s, want 1–2 s later by the real clock",
+				skew, before.UTC().Format(time.RFC3339Nano), exp.Format(time.RFC3339Nano))
+		}
+		if exp.Truncate(time.Second) != exp {
+			t.Errorf("expires_at %s is not whole seconds", exp.Format(time.RFC3339Nano))
+		}
+		key := idempotent.Key{Scope: "user:1", BizType: "order.create", BizKey: tok}
+		time.Sleep(time.Until(exp.Add(150 * time.Millisecond)))
+		res, err := g.Do(ctx, request(key, `{}`), effectWork("late"+skew.String(), 0, http.StatusCreated))
+		if !errors.Is(err, idempotent.ErrTokenInvalid) || res.Outcome != idempotent.TokenInvalid {
+			t.Errorf("clock %s off: token used 150 ms after its expires_at: outcome %q err %v, want token_invalid", skew, res.Outcome, err)
+		}
+		tok, exp, err = g.IssueToken(ctx, "user:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Until(exp) > 250*time.Millisecond {
+			time.Sleep(time.Until(exp.Add(-250 * time.Millisecond)))
+			key.BizKey = tok
+			mustExecute(t, g, request(key, `{}`), effectWork("inTime"+skew.String(), 0, http.StatusCreated))
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
@@ -59,7 +60,7 @@ func NewLedger(db *gorm.DB, gen *ids.Generator) *Ledger { return &Ledger{db: db,
 func (l *Ledger) Credit(ctx context.Context, tx *gorm.DB, userID, amount int64, bizType, bizID string) (Entry, error) {
 	tx = tx.WithContext(ctx)
 	e := Entry{ID: l.ids.Next(), UserID: userID, BizType: bizType, BizID: bizID, Amount: amount}
-	now := time.Now().UTC()
+	now := clock.Now()
 	res := tx.Model(&Account{}).Where("user_id = ?", userID).Updates(map[string]any{
 		"balance":    gorm.Expr("balance + ?", amount),
 		"version":    gorm.Expr("version + 1"),

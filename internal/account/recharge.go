@@ -14,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
@@ -99,7 +100,7 @@ func (s *Recharges) Create(ctx context.Context, tx *gorm.DB, userID, amount int6
 	if amount < 1 || amount > MaxAmount {
 		return Recharge{}, ErrInvalidAmount
 	}
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := clock.Now().Truncate(time.Microsecond)
 	rc := Recharge{ID: s.ids.Next(), UserID: userID, Amount: amount, Status: RechargePending, CreatedAt: now, UpdatedAt: now}
 	if err := tx.WithContext(ctx).Create(&rc).Error; err != nil {
 		return Recharge{}, err
@@ -192,7 +193,7 @@ func (s *Recharges) refuse(ctx context.Context, tx *gorm.DB, rc Recharge, r noti
 // markSucceeded is the conditional UPDATE of Notify: it reports whether this notification
 // moved the recharge to SUCCEEDED.
 func (s *Recharges) markSucceeded(tx *gorm.DB, id int64, n notify.Report) (bool, error) {
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := clock.Now().Truncate(time.Microsecond)
 	res := tx.Model(&Recharge{}).
 		Where("id = ? AND status IN ? AND amount = ?", id, rechargeFrom[RechargeSucceeded], n.Amount).
 		Updates(map[string]any{

@@ -23,6 +23,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -89,7 +90,7 @@ func (u *Users) Authenticate(ctx context.Context, apiKey string) (int64, error) 
 func (u *Users) Ensure(ctx context.Context, name, apiKey string) (int64, error) {
 	var user User
 	err := u.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		now := time.Now().UTC()
+		now := clock.Now()
 		candidate := User{ID: u.ids.Next(), Name: name, CreatedAt: now}
 		if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&candidate).Error; err != nil {
 			return err

@@ -18,6 +18,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -104,7 +105,7 @@ func (r *Recorder) Record(ctx context.Context, tx *gorm.DB, a Anomaly) error {
 		a.Space = "trade"
 	}
 	a.RequestID = requestid.From(ctx)
-	a.CreatedAt = time.Now().UTC()
+	a.CreatedAt = clock.Now()
 	return tx.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&a).Error
 }
 

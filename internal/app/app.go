@@ -33,6 +33,7 @@ import (
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
@@ -114,6 +115,14 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	}()
 	a.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// ONCEPAY_CHAOS_CLOCK_OFFSET: the instance's wall clock runs off the machine's, for the
+	// chaos run's clock skew (internal/platform/clock). The clock is the process's, as a real
+	// clock is: zero leaves it as it is, for the tests that run several instances in one process.
+	if cfg.ChaosClockOffset != 0 {
+		clock.SetOffset(time.Duration(cfg.ChaosClockOffset))
+		slog.WarnContext(ctx, "chaos: this instance's wall clock runs off the machine's", "offset", cfg.ChaosClockOffset.String())
+	}
+
 	// Snowflake ids, one node per instance.
 	if a.IDs, err = ids.New(cfg.NodeID); err != nil {
 		return nil, err
@@ -166,6 +175,8 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.Guard = idempotent.New(a.DB, a.Redis.Client, idempotent.Config{
 		KeyPrefix:          cfg.RedisPrefix,
 		LockTTL:            cfg.LockTTL,
+		TokenTTL:           cfg.IdempotencyTokenTTL,
+		Now:                clock.Now,
 		Retention:          cfg.DedupRetention,
 		RejectWithoutRedis: cfg.RedisFailureMode == config.RedisReject,
 		// The bench's switches and the chaos hook of ONCEPAY_CHAOS_PAYMENT_DELAY; zero, and the
@@ -201,6 +212,10 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.Reports = notify.New(notify.Config{
 		Guard: a.Guard, DB: a.DB, Anomalies: a.anomalies, Secrets: secrets,
 		Tolerance: cfg.SignatureTolerance, KafkaWindow: cfg.MaxRedeliveryWindow,
+		// A report's signed time is checked against the instance's clock: one that runs off
+		// by more than the tolerance refuses honest reports with 401, which stores nothing,
+		// and the channel's next attempt, on another instance, applies (docs/chaos.md).
+		Now: clock.Now,
 	}, map[notify.Kind]notify.Applier{
 		notify.Trade:    a.payments,
 		notify.Recharge: a.recharges,

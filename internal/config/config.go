@@ -106,6 +106,14 @@ type Config struct {
 	// ChaosPaymentDelay is a drill-only fault: sleep this long inside payment processing while
 	// holding the lock.
 	ChaosPaymentDelay time.Duration `env:"ONCEPAY_CHAOS_PAYMENT_DELAY" envDefault:"0s"`
+	// ChaosClockOffset is a drill-only fault: the instance's wall clock (internal/platform/clock)
+	// runs this far off the machine's, ahead or (negative) behind, for the chaos run's clock
+	// skew. Every timestamp the instance stamps and every decision it takes on its own clock
+	// moves with it; what must agree across instances takes the database's clock.
+	ChaosClockOffset ClockOffset `env:"ONCEPAY_CHAOS_CLOCK_OFFSET" envDefault:"0s" envHint:"use a signed duration such as 10m or -10m"`
+	// IdempotencyTokenTTL is how long a one-time token of POST /v1/idempotency-tokens stays
+	// usable (I7); at least 1s. Redis keeps the expiry, on its own clock.
+	IdempotencyTokenTTL time.Duration `env:"ONCEPAY_IDEMPOTENCY_TOKEN_TTL" envDefault:"10m"`
 	// CloseJobInterval is how often the close-expired-orders job runs.
 	CloseJobInterval time.Duration `env:"ONCEPAY_CLOSE_JOB_INTERVAL" envDefault:"30s"`
 	// PurgeJobInterval is how often the purge-dedup-records job runs.
@@ -164,6 +172,12 @@ type Config struct {
 	// (GET /v1/admin/events); the purge-events job deletes older ones.
 	EventRetention time.Duration `env:"ONCEPAY_EVENT_RETENTION" envDefault:"720h"`
 }
+
+// ClockOffset is a signed duration: how far the instance's wall clock runs off the machine's.
+type ClockOffset time.Duration
+
+// String is the offset as time.Duration writes it, such as -10m0s.
+func (o ClockOffset) String() string { return time.Duration(o).String() }
 
 // Channel is one payment channel of ONCEPAY_CHANNELS.
 type Channel struct {
@@ -308,6 +322,10 @@ var parsers = map[reflect.Type]env.ParserFunc{
 		}
 		return d, err
 	},
+	reflect.TypeFor[ClockOffset](): func(v string) (any, error) {
+		d, err := time.ParseDuration(v)
+		return ClockOffset(d), err
+	},
 	reflect.TypeFor[int](): func(v string) (any, error) { return strconv.Atoi(v) },
 	reflect.TypeFor[[]string](): func(v string) (any, error) {
 		var out []string
@@ -378,6 +396,9 @@ func (c Config) validate() []error {
 	}
 	if c.RedisFailureMode != RedisDegrade && c.RedisFailureMode != RedisReject {
 		errs = append(errs, fmt.Errorf("ONCEPAY_REDIS_FAILURE_MODE=%q is unknown: use degrade or reject", c.RedisFailureMode))
+	}
+	if c.IdempotencyTokenTTL < time.Second {
+		errs = append(errs, fmt.Errorf("ONCEPAY_IDEMPOTENCY_TOKEN_TTL=%s is too short: use at least 1s (default 10m)", c.IdempotencyTokenTTL))
 	}
 	if c.LockTTL < 300*time.Millisecond {
 		errs = append(errs, fmt.Errorf("ONCEPAY_LOCK_TTL=%s is too short: the watchdog renews every TTL/3; use at least 300ms, well above the p99 of the work (default 30s)", c.LockTTL))
@@ -478,6 +499,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Int64("node_id", c.NodeID),
 		slog.Bool("lab", c.Lab),
 		slog.String("chaos_payment_delay", c.ChaosPaymentDelay.String()),
+		slog.String("chaos_clock_offset", c.ChaosClockOffset.String()),
+		slog.String("idempotency_token_ttl", c.IdempotencyTokenTTL.String()),
 		slog.String("close_job_interval", c.CloseJobInterval.String()),
 		slog.String("purge_job_interval", c.PurgeJobInterval.String()),
 		slog.String("channel_url", orEmbedded(strings.TrimPrefix(c.ChannelURL, EmbeddedChannelURL), c.EmbeddedChannelAddr)),

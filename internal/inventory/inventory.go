@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 )
 
 // Item is the stock of one SKU. available + reserved + sold changes only through Put.
@@ -87,7 +88,7 @@ func (s *Store) Get(ctx context.Context, sku string) (Item, error) {
 // Put sets the price and available stock of sku to absolute values, creating the SKU when it
 // is new. Absolute values make it naturally idempotent: sending it twice changes nothing more.
 func (s *Store) Put(ctx context.Context, sku string, price, available int64) (Item, error) {
-	now := time.Now().UTC()
+	now := clock.Now()
 	it := Item{SKU: sku, Name: sku, Price: price, Available: available, UpdatedAt: now}
 	err := s.db.WithContext(ctx).Clauses(clause.OnConflict{
 		Columns: []clause.Column{{Name: "sku"}},
@@ -113,7 +114,7 @@ func (s *Store) PutIfVersion(ctx context.Context, sku string, price, available i
 		q = q.Where("version IN ?", versions)
 	}
 	res := q.Updates(map[string]any{
-		"price": price, "available": available, "updated_at": time.Now().UTC(),
+		"price": price, "available": available, "updated_at": clock.Now(),
 		"version": gorm.Expr("version + 1"),
 	})
 	if res.Error != nil {
@@ -128,6 +129,6 @@ func (s *Store) PutIfVersion(ctx context.Context, sku string, price, available i
 // Ensure creates sku with its name, price and stock unless it exists; existing stock is left
 // alone, so seeding is safe on every start.
 func (s *Store) Ensure(ctx context.Context, it Item) error {
-	it.UpdatedAt = time.Now().UTC()
+	it.UpdatedAt = clock.Now()
 	return s.db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&it).Error
 }

@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
@@ -112,7 +113,7 @@ func (m *Movements) Apply(ctx context.Context, tx *gorm.DB, kind string, orderID
 // Rows returns the movement rows of kind for lines of orderID, for a caller that inserts them
 // with its other new rows (see database.Insert) and then calls Move.
 func (m *Movements) Rows(kind string, orderID int64, lines []Line) []Movement {
-	now := time.Now().UTC()
+	now := clock.Now()
 	rows := make([]Movement, len(lines))
 	for i, l := range lines {
 		rows[i] = Movement{ID: m.ids.Next(), OrderID: orderID, SKU: l.SKU, Kind: kind, Quantity: l.Quantity, CreatedAt: now}
@@ -131,7 +132,7 @@ func (m *Movements) Move(ctx context.Context, tx *gorm.DB, kind string, lines []
 	sorted := slices.Clone(lines)
 	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
 	tx = tx.WithContext(ctx)
-	now := time.Now().UTC()
+	now := clock.Now()
 	for _, l := range sorted {
 		set := map[string]any{"version": gorm.Expr("version + 1"), "updated_at": now}
 		for col, expr := range u.set {

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
@@ -42,7 +43,7 @@ var ErrTradeConflict = anomaly.ErrTradeConflict
 // a later one naming the same owner passes; one naming another owner is refused as a
 // trade_conflict, with its anomaly.
 func claim(ctx context.Context, tx *gorm.DB, r Report) error {
-	c := Claim{Channel: r.Channel, Space: r.space(), ChannelNo: r.Number, OwnerKind: r.Kind, OwnerNo: r.OutNo, CreatedAt: time.Now().UTC()}
+	c := Claim{Channel: r.Channel, Space: r.space(), ChannelNo: r.Number, OwnerKind: r.Kind, OwnerNo: r.OutNo, CreatedAt: clock.Now()}
 	res := tx.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&c)
 	if res.Error != nil || res.RowsAffected == 1 {
 		return res.Error

@@ -10,6 +10,7 @@ import (
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
@@ -130,7 +131,14 @@ func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines [
 	if err != nil {
 		return Order{}, err
 	}
-	now := time.Now().UTC()
+	// The order's times come from the database's clock, as the close job's "now" does, so that
+	// an order expires the TTL after it was placed whatever the clock of the instance that
+	// placed it says (ONCEPAY_CHAOS_CLOCK_OFFSET; docs/chaos.md, "Clock skew").
+	now, err := database.Now(ctx, tx)
+	if err != nil {
+		return Order{}, err
+	}
+	now = now.Truncate(time.Microsecond)
 	o := Order{
 		ID: s.ids.Next(), UserID: userID, Status: PendingPayment, Currency: Currency,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.ttl),
@@ -198,7 +206,13 @@ func (s *Service) Close(ctx context.Context, id int64) (bool, error) {
 		if err != nil {
 			return err
 		}
-		moved, err = s.end(ctx, tx, o, Closed, "order.closed")
+		// Expired by the database's clock, not this instance's: one running ahead once closed
+		// orders before their expires_at (docs/chaos.md, "Clock skew").
+		now, err := database.Now(ctx, tx)
+		if err != nil || now.Before(o.ExpiresAt) {
+			return err
+		}
+		moved, err = s.endAt(ctx, tx, o, Closed, "order.closed", map[string]any{"updated_at": now})
 		return err
 	})
 	return moved, err
@@ -207,7 +221,13 @@ func (s *Service) Close(ctx context.Context, id int64) (bool, error) {
 // end moves o to CANCELLED or CLOSED, releases its stock and writes its event, or reports
 // false when the precondition turned it away.
 func (s *Service) end(ctx context.Context, tx *gorm.DB, o Order, to Status, event string) (bool, error) {
-	moved, err := s.orders.Transition(ctx, tx, o.ID, to, nil)
+	return s.endAt(ctx, tx, o, to, event, nil)
+}
+
+// endAt is end with extra columns set: a close stamps updated_at, its close time, with the
+// database's clock, which the chaos run's no_order_closed_early compares with expires_at.
+func (s *Service) endAt(ctx context.Context, tx *gorm.DB, o Order, to Status, event string, set map[string]any) (bool, error) {
+	moved, err := s.orders.Transition(ctx, tx, o.ID, to, set)
 	if err != nil || !moved {
 		return false, err
 	}
@@ -222,7 +242,7 @@ func (s *Service) end(ctx context.Context, tx *gorm.DB, o Order, to Status, even
 // stock and writes order.paid, in tx. It reports false, changing nothing, when the order had
 // already moved on; the returned order is then its current state, for the caller to decide.
 func (s *Service) Pay(ctx context.Context, tx *gorm.DB, id int64, channel, tradeNo string) (bool, Order, error) {
-	now := time.Now().UTC()
+	now := clock.Now()
 	moved, err := s.orders.Transition(ctx, tx, id, Paid, map[string]any{"channel": channel, "trade_no": tradeNo, "paid_at": now})
 	if err != nil {
 		return false, Order{}, err
@@ -253,7 +273,13 @@ func (s *Service) LockPayable(ctx context.Context, tx *gorm.DB, userID, id int64
 	case o.UserID != userID:
 		return Order{}, ErrNotFound
 	}
-	if o.Status != PendingPayment || !time.Now().Before(o.ExpiresAt) {
+	// Unexpired by the database's clock, the close job's (Close): an instance whose clock runs
+	// behind once opened trades on orders the close job was closing.
+	now, err := database.Now(ctx, tx)
+	if err != nil {
+		return Order{}, err
+	}
+	if o.Status != PendingPayment || !now.Before(o.ExpiresAt) {
 		return Order{}, ErrIllegalState.Withf("order %d is %s (expires %s); only an unexpired %s order can be paid",
 			id, o.Status, o.ExpiresAt.UTC().Format(time.RFC3339), PendingPayment)
 	}
@@ -274,9 +300,14 @@ func (s *Service) Lookup(ctx context.Context, db *gorm.DB, id int64) (Order, err
 	return s.orders.Get(ctx, db, id)
 }
 
-// ExpiredIDs returns up to limit orders past their expiry, still unpaid.
+// ExpiredIDs returns up to limit orders past their expiry by the database's clock, still
+// unpaid. The instance's clock may run minutes off the others' (docs/chaos.md, "Clock skew").
 func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]int64, error) {
-	return s.orders.ExpiredIDs(ctx, s.db, time.Now().UTC(), limit)
+	now, err := database.Now(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
+	return s.orders.ExpiredIDs(ctx, s.db, now, limit)
 }
 
 func lines(o Order) []Line {
@@ -328,7 +359,7 @@ func eventOf(o Order, typ string) func(eventID int64) any {
 	return func(eventID int64) any {
 		return Event{
 			EventID: ids.Format(eventID), Type: typ, OrderID: ids.Format(o.ID), UserID: ids.Format(o.UserID),
-			Status: o.Status, Amount: o.Amount, OccurredAt: time.Now().UTC().Format(time.RFC3339Nano),
+			Status: o.Status, Amount: o.Amount, OccurredAt: clock.Now().Format(time.RFC3339Nano),
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
@@ -65,7 +66,10 @@ func get(ctx context.Context, db *gorm.DB, id int64, current bool) (Order, error
 func (st Store) Lock(ctx context.Context, tx *gorm.DB, id int64) error {
 	tx = tx.WithContext(ctx)
 	if database.DialectOf(tx) == database.MySQL && !st.localLocks {
-		res := tx.Exec("UPDATE orders SET updated_at = GREATEST(updated_at + INTERVAL 1 MICROSECOND, ?) WHERE id = ?", time.Now().UTC(), id)
+		// The database's clock: a closed order's updated_at is its close time by that clock
+		// (Service.Close), which a lock on an instance whose clock runs behind must not move
+		// back, nor one ahead push minutes into the future.
+		res := tx.Exec("UPDATE orders SET updated_at = GREATEST(updated_at + INTERVAL 1 MICROSECOND, UTC_TIMESTAMP(6)) WHERE id = ?", id)
 		switch {
 		case res.Error != nil:
 			return res.Error
@@ -88,7 +92,7 @@ func (st Store) Lock(ctx context.Context, tx *gorm.DB, id int64) error {
 // This conditional UPDATE is the defense against I5 (a late close task closed a paid order)
 // and against a late copy of a payment moving a status backwards (I1).
 func (Store) Transition(ctx context.Context, tx *gorm.DB, id int64, to Status, set map[string]any) (bool, error) {
-	cols := map[string]any{"status": to, "updated_at": time.Now().UTC()}
+	cols := map[string]any{"status": to, "updated_at": clock.Now()}
 	for k, v := range set {
 		cols[k] = v
 	}

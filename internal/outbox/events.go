@@ -8,6 +8,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 )
@@ -76,7 +77,7 @@ func (w *Writer) Notice(ctx context.Context, id int64, typ string, data any) (*E
 	if err != nil {
 		return nil, fmt.Errorf("event %s: %w", typ, err)
 	}
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := clock.Now().Truncate(time.Microsecond)
 	payload, err := json.Marshal(Envelope{EventID: ids.Format(id), Type: typ, CreatedAt: now.Format(time.RFC3339Nano), Data: raw})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 )
@@ -58,5 +59,5 @@ func (w *Writer) Event(ctx context.Context, topic, key string, build func(eventI
 	if err != nil {
 		return nil, err
 	}
-	return &Message{ID: id, Topic: topic, MsgKey: key, Payload: payload, RequestID: requestid.From(ctx), CreatedAt: time.Now().UTC()}, nil
+	return &Message{ID: id, Topic: topic, MsgKey: key, Payload: payload, RequestID: requestid.From(ctx), CreatedAt: clock.Now()}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 )
@@ -96,7 +97,7 @@ func (r *Relay) PublishBatch(ctx context.Context) (int, error) {
 		}
 		return 0, err
 	}
-	now := time.Now().UTC()
+	now := clock.Now()
 	err = r.db.WithContext(context.WithoutCancel(ctx)).Model(&Message{}).Where("id IN ?", ids).Update("published_at", now).Error
 	if err != nil {
 		return 0, err

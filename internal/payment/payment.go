@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 )
@@ -90,7 +91,7 @@ func (s *Service) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (noti
 		return s.refuse(ctx, tx, current, r)
 	}
 	p := Payment{ID: s.ids.Next(), Channel: r.Channel, TradeNo: r.Number, OrderID: o.ID,
-		Amount: r.Amount, Status: notify.StatusSuccess, RequestID: requestid.From(ctx), CreatedAt: time.Now().UTC()}
+		Amount: r.Amount, Status: notify.StatusSuccess, RequestID: requestid.From(ctx), CreatedAt: clock.Now()}
 	return notify.Applied, tx.WithContext(ctx).Create(&p).Error
 }
 

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
@@ -101,9 +101,13 @@ func (t *Trades) BeforeClose(ctx context.Context, id int64) (closeIt bool, err e
 func (t *Trades) makeUnpayable(ctx context.Context, id int64, row Trade) (paid bool, err error) {
 	paid, _, err = t.settleIfPaid(ctx, id)
 	switch {
-	case errors.Is(err, channel.ErrNotFound) && t.opening(row):
-		return false, ErrTradeOpening
 	case errors.Is(err, channel.ErrNotFound):
+		switch opening, err := t.opening(ctx, row); {
+		case err != nil:
+			return false, err
+		case opening:
+			return false, ErrTradeOpening
+		}
 		return false, t.markClosed(ctx, id) // the call that would have opened it is over and never reached the channel
 	case err != nil:
 		return paid, settleFailed(id, paid, err)
@@ -149,14 +153,23 @@ func settleFailed(id int64, paid bool, err error) error {
 // markClosed marks order id's trade CLOSED: the channel confirmed that it cannot be paid.
 func (t *Trades) markClosed(ctx context.Context, id int64) error {
 	return t.db.WithContext(ctx).Model(&Trade{}).Where("order_id = ?", id).
-		Updates(map[string]any{"status": TradeClosed, "updated_at": time.Now().UTC()}).Error
+		Updates(map[string]any{"status": TradeClosed, "updated_at": clock.Now()}).Error
 }
 
 // opening reports whether a call that opens row's trade at the channel may still be under
 // way: the row is OPENING and its last Open began less than the longest call ago. Until that
-// call is over, "the channel knows no such trade" may not stay true.
-func (t *Trades) opening(row Trade) bool {
-	return row.Status == TradeOpening && time.Since(row.UpdatedAt) < t.client.CallBound()
+// call is over, "the channel knows no such trade" may not stay true. Both times are the
+// database's (commitOpening stamps updated_at with it): on the instances' own clocks, one
+// running ten minutes behind stamped an opening that the others took for one long over.
+func (t *Trades) opening(ctx context.Context, row Trade) (bool, error) {
+	if row.Status != TradeOpening {
+		return false, nil
+	}
+	now, err := database.Now(ctx, t.db)
+	if err != nil {
+		return false, err
+	}
+	return now.Sub(row.UpdatedAt) < t.client.CallBound(), nil
 }
 
 // later logs why order id stays open until the next run of the close job.

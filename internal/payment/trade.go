@@ -12,6 +12,7 @@ import (
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
@@ -126,7 +127,11 @@ func (t *Trades) commitOpening(ctx context.Context, userID, id int64) (order.Ord
 			return err
 		}
 		row, found, err := t.trade(ctx, tx, id)
-		now := time.Now().UTC()
+		if err != nil {
+			return err
+		}
+		// The database's clock, which opening compares with (reconcile.go).
+		now, err := database.Now(ctx, tx)
 		switch {
 		case err != nil:
 			return err
@@ -148,7 +153,7 @@ func (t *Trades) commitOpening(ctx context.Context, userID, id int64) (order.Ord
 // A trade a cancel closed meanwhile stays closed: the answer is then 409 illegal_state.
 func (t *Trades) Record(ctx context.Context, tx *gorm.DB, id int64, ct channel.Trade) (TradeView, error) {
 	res := tx.WithContext(ctx).Model(&Trade{}).Where("order_id = ? AND status <> ?", id, TradeClosed).
-		Updates(map[string]any{"trade_no": ct.TradeNo, "pay_url": ct.PayURL, "status": TradeOpen, "updated_at": time.Now().UTC()})
+		Updates(map[string]any{"trade_no": ct.TradeNo, "pay_url": ct.PayURL, "status": TradeOpen, "updated_at": clock.Now()})
 	switch {
 	case res.Error != nil:
 		return TradeView{}, res.Error

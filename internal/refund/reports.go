@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"gorm.io/gorm"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 )
 
@@ -88,7 +88,7 @@ func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (noti
 // endedAs is rf as its move to `to` on report r left it.
 func endedAs(rf Refund, to Status, r notify.Report) Refund {
 	rf.Status, rf.RefundNo, rf.ChannelStatus = to, &r.Number, &r.Status
-	rf.UpdatedAt = time.Now().UTC()
+	rf.UpdatedAt = clock.Now()
 	return rf
 }
 
@@ -114,7 +114,7 @@ func (s *Reports) ended(ctx context.Context, tx *gorm.DB, id int64, to Status, r
 	}
 	detail := fmt.Sprintf("refund %d is %s; the channel now reports %s (%s %s): check the money at the channel", rf.ID, rf.Status, r.Status, r.Channel, r.Number)
 	err := tx.WithContext(ctx).Model(&Refund{}).Where("id = ? AND (channel_status IS NULL OR channel_status <> ?)", rf.ID, r.Status).
-		Updates(map[string]any{"channel_status": r.Status, "updated_at": time.Now().UTC()}).Error
+		Updates(map[string]any{"channel_status": r.Status, "updated_at": clock.Now()}).Error
 	if err != nil {
 		return 0, err
 	}
@@ -154,7 +154,7 @@ func (s *Reports) completeOrder(ctx context.Context, tx *gorm.DB, orderID int64)
 // transition moves refund id to status to from one of From(to), setting the extra columns.
 // Rows affected decides.
 func transition(ctx context.Context, db *gorm.DB, id int64, to Status, set map[string]any) (bool, error) {
-	cols := map[string]any{"status": to, "updated_at": time.Now().UTC()}
+	cols := map[string]any{"status": to, "updated_at": clock.Now()}
 	for k, v := range set {
 		cols[k] = v
 	}

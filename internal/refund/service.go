@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -15,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
@@ -81,7 +81,7 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID, id int64, amo
 
 // newRow is a PENDING refund of amount for userID, with its own out_refund_no.
 func (s *Service) newRow(userID, amount int64, reason string) Refund {
-	now := time.Now().UTC()
+	now := clock.Now()
 	id := s.ids.Next()
 	return Refund{ID: id, UserID: userID, OutRefundNo: "RF" + ids.Format(id), Amount: amount, Reason: reason,
 		Status: Pending, CreatedAt: now, UpdatedAt: now}
@@ -149,7 +149,7 @@ func (s *Service) fail(ctx context.Context, r Refund, why string) (bool, error) 
 		if moved, err = transition(ctx, tx, r.ID, Failed, map[string]any{"last_error": why}); err != nil || !moved {
 			return err
 		}
-		r.Status, r.UpdatedAt = Failed, time.Now().UTC()
+		r.Status, r.UpdatedAt = Failed, clock.Now()
 		return announce(ctx, tx, s.events, r)
 	})
 	return moved, err
@@ -158,7 +158,7 @@ func (s *Service) fail(ctx context.Context, r Refund, why string) (bool, error) 
 // note keeps the error of an indefinite call on a refund that stays PENDING.
 func (s *Service) note(ctx context.Context, r Refund, err error) {
 	res := s.db.WithContext(ctx).Model(&Refund{}).Where("id = ? AND status = ?", r.ID, Pending).
-		Updates(map[string]any{"attempts": gorm.Expr("attempts + 1"), "last_error": err.Error(), "updated_at": time.Now().UTC()})
+		Updates(map[string]any{"attempts": gorm.Expr("attempts + 1"), "last_error": err.Error(), "updated_at": clock.Now()})
 	if res.Error != nil {
 		slog.WarnContext(ctx, "refund: recording an indefinite call", "refund_id", r.ID, "err", res.Error)
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -196,7 +197,7 @@ func NewEndpoints(db *gorm.DB, gen *ids.Generator) *Endpoints { return &Endpoint
 // Create registers an endpoint, enabled, with a fresh secret; url and types must have passed
 // URLPolicy.Check and CheckTypes.
 func (s *Endpoints) Create(ctx context.Context, rawURL, description string, types []string) (Endpoint, error) {
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := clock.Now().Truncate(time.Microsecond)
 	list, _ := json.Marshal(types)
 	e := Endpoint{ID: s.ids.Next(), URL: rawURL, Description: description, EventTypes: string(list), Status: Enabled,
 		Secret: newSecret(), CreatedAt: now, UpdatedAt: now}
@@ -230,7 +231,7 @@ type Patch struct {
 // nothing the second time (naturally idempotent). Enabling a failing endpoint makes it
 // enabled; disabling stops new deliveries and pauses pending ones until it is enabled again.
 func (s *Endpoints) Update(ctx context.Context, id int64, p Patch) (Endpoint, error) {
-	cols := map[string]any{"updated_at": time.Now().UTC()}
+	cols := map[string]any{"updated_at": clock.Now()}
 	if p.Status != nil {
 		cols["status"] = *p.Status
 	}
@@ -256,7 +257,7 @@ func (s *Endpoints) Rotate(ctx context.Context, tx *gorm.DB, id int64, grace tim
 	if err != nil {
 		return "", err
 	}
-	now := time.Now().UTC()
+	now := clock.Now()
 	until := now.Add(grace)
 	secret := newSecret()
 	res := tx.WithContext(ctx).Model(&Endpoint{}).Where("id = ? AND secret = ?", id, e.Secret).Updates(map[string]any{

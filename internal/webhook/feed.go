@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
@@ -138,7 +139,7 @@ func decodeCursor(kind, c string) (int64, error) {
 // kept, and so is its event: nothing is dropped while it may still be sent.
 func (f *Feed) Purge(ctx context.Context, olderThan time.Duration) (int64, error) {
 	const batch = 1000
-	cutoff := time.Now().UTC().Add(-olderThan)
+	cutoff := clock.Now().Add(-olderThan)
 	db := f.db.WithContext(ctx)
 	if err := deleteBatches(ctx, db, "webhook_attempts", "sent_at < ?", cutoff, batch); err != nil {
 		return 0, err

@@ -17,6 +17,8 @@ import (
 	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -222,7 +224,7 @@ func (h *Handler) rotate(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		return record(idemhttp.JSON(http.StatusOK, rotated{
-			SecretSHA256: fingerprint(secret), PreviousExpiresAt: time.Now().UTC().Add(grace).Format(time.RFC3339),
+			SecretSHA256: fingerprint(secret), PreviousExpiresAt: clock.Now().Add(grace).Format(time.RFC3339),
 		}))
 	})
 	if err == nil && res.Response.Status == http.StatusOK {
@@ -478,7 +480,11 @@ func (h *Handler) Redeliver(ctx context.Context, tx *gorm.DB, id int64, sel Sele
 	case len(events) == 0:
 		return 0, nil
 	}
-	now := time.Now().UTC()
+	// Due now by the database's clock, which Sender.Claim compares with.
+	now, err := database.Now(ctx, tx)
+	if err != nil {
+		return 0, err
+	}
 	rows := make([]Delivery, len(events))
 	for i, ev := range events {
 		rows[i] = Delivery{ID: h.ids.Next(), EndpointID: id, EventID: ev, Status: Pending, NextAttemptAt: now, CreatedAt: now, UpdatedAt: now}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/platform/clock"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -126,16 +128,26 @@ type Claimed struct {
 	Delivery
 	// Token is the lease's holder: only it records the attempt's outcome.
 	Token string
+	// skew is the database's clock minus this instance's, as Claim read them: send signs the
+	// attempt with the database's time, clock.Now() + skew, not the instance's own.
+	skew time.Duration
 }
 
 // Claim takes the leases of up to BatchSize due deliveries — pending, due, unleased or with an
 // expired lease, of an endpoint that is not disabled — and returns them. Each claim is a
 // conditional UPDATE carrying the attempt count the candidate was read with: of two senders
-// that read the same candidate only one matches, and rows affected decides.
+// that read the same candidate only one matches, and rows affected decides. "Now" is the
+// database's clock, read once per claim: every sender compares every lease and due time with
+// the one clock they all share, so that a sender whose own clock runs ahead takes no lease
+// that is still held (docs/chaos.md, "Clock skew").
 func (s *Sender) Claim(ctx context.Context) ([]Claimed, error) {
-	now := time.Now().UTC()
+	now, err := database.Now(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
+	skew := now.Sub(clock.Now())
 	var due []Delivery
-	err := s.db.WithContext(ctx).Model(&Delivery{}).
+	err = s.db.WithContext(ctx).Model(&Delivery{}).
 		Joins("JOIN webhook_endpoints e ON e.id = webhook_deliveries.endpoint_id AND e.status <> ?", Disabled).
 		Where("webhook_deliveries.status = ? AND webhook_deliveries.next_attempt_at <= ?", Pending, now).
 		Where("webhook_deliveries.locked_until IS NULL OR webhook_deliveries.locked_until < ?", now).
@@ -162,7 +174,7 @@ func (s *Sender) Claim(ctx context.Context) ([]Claimed, error) {
 			d.Attempts++
 			d.RoundAttempts++
 			d.LockedUntil, d.LockedBy = &until, &token
-			out = append(out, Claimed{Delivery: d, Token: token})
+			out = append(out, Claimed{Delivery: d, Token: token, skew: skew})
 		}
 	}
 	return out, nil
@@ -208,15 +220,19 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 	if err := s.db.WithContext(ctx).Where("id = ?", c.EndpointID).Take(&e).Error; err != nil {
 		return fmt.Errorf("endpoint %d: %w", c.EndpointID, err)
 	}
-	res := s.send(ctx, e, ev, c.Attempts)
+	res := s.send(ctx, e, ev, c.Attempts, c.skew)
 	return s.record(context.WithoutCancel(ctx), c, e, res)
 }
 
-// send POSTs ev's payload to e, signed now, within Timeout.
-func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt int) result {
+// send POSTs ev's payload to e, signed now by the database's clock (the instance's plus skew),
+// within Timeout. The receiver checks the signed time against its own clock (five minutes,
+// Stripe's tolerance): signed with the clock of an instance ten minutes ahead, every attempt
+// of that instance was refused (docs/chaos.md, "Clock skew").
+func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt int, skew time.Duration) result {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	now := time.Now().UTC()
+	start := time.Now() // the latency's, on the monotonic clock
+	now := clock.Now().Add(skew)
 	r := result{sentAt: now}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(ev.Payload))
 	if err != nil {
@@ -230,7 +246,7 @@ func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt 
 	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
 	req.Header.Set(HeaderSignature, Sign(e.Secrets(now), now, ev.Payload))
 	resp, err := s.client.Do(req)
-	r.latency = time.Since(now)
+	r.latency = time.Since(start)
 	if err != nil {
 		r.err = err.Error()
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -270,7 +286,11 @@ func (s *Sender) record(ctx context.Context, c Claimed, e Endpoint, r result) er
 		if err := tx.Create(&a).Error; err != nil {
 			return err
 		}
-		now := time.Now().UTC()
+		// The next attempt's due time is on the database's clock, which Claim compares with.
+		now, err := database.Now(ctx, tx)
+		if err != nil {
+			return err
+		}
 		cols := map[string]any{"locked_until": nil, "locked_by": nil, "updated_at": now}
 		last := c.RoundAttempts > len(s.Schedule)
 		switch {
@@ -299,7 +319,7 @@ func (s *Sender) record(ctx context.Context, c Claimed, e Endpoint, r result) er
 // fail marks e failing and keeps the delivery that used up its schedule as an anomaly, for an
 // operator to redeliver once the receiver is mended: nothing is dropped silently.
 func (s *Sender) fail(ctx context.Context, tx *gorm.DB, c Claimed, e Endpoint, r result) error {
-	now := time.Now().UTC()
+	now := clock.Now()
 	if err := tx.Model(&Endpoint{}).Where("id = ? AND status = ?", e.ID, Enabled).
 		Updates(map[string]any{"status": Failing, "updated_at": now}).Error; err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -116,7 +115,11 @@ func (s *Sequencer) fanOut(ctx context.Context, tx *gorm.DB, batch []pendingEven
 	if err := tx.Where("status <> ?", Disabled).Find(&endpoints).Error; err != nil {
 		return err
 	}
-	now := time.Now().UTC()
+	// Due now by the database's clock, which Sender.Claim compares with.
+	now, err := database.Now(ctx, tx)
+	if err != nil {
+		return err
+	}
 	var rows []Delivery
 	for _, ev := range batch {
 		for _, e := range endpoints {

@@ -44,7 +44,9 @@ type checkResult struct {
 // checker reads the history, the database, Redis, Kafka and the channel's books after the
 // run has settled, and reports every invariant broken.
 type checker struct {
-	events  []*event
+	events []*event
+	// start is when the history began: an event's AtMs counts from it.
+	start   time.Time
 	db      *sql.DB
 	rdb     redis.UniversalClient
 	state   channelsim.State
@@ -67,6 +69,10 @@ type checker struct {
 
 	// kafka is what the broker holds after the run (check_kafka.go); nil skips its checks.
 	kafka *kafkaView
+
+	// tokensIssued and tokensRefused count the one-time tokens of the history and the writes
+	// sent after their token's expiry that were refused (check_clock.go).
+	tokensIssued, tokensRefused int
 
 	// recs and dbOrders are read once, by the first check that needs them.
 	recs     map[[2]string]record
@@ -136,6 +142,7 @@ func (c *checker) run(ctx context.Context) error {
 	steps := []func(context.Context) error{
 		c.checkReplays, c.checkRecords, c.checkOrders, c.checkRefundRows, c.checkRecharges, c.checkPayments, c.checkStock,
 		c.checkBalances, c.checkRefunds, c.checkLeases, c.checkOutbox, c.checkEvents, c.checkWebhooks, c.checkBroker,
+		c.checkClock,
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {

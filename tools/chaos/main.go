@@ -208,6 +208,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	f.counts["slow_payments"] = 1
 	h.add(&event{Kind: kindFault, Op: "slow_payments", Detail: fmt.Sprintf("oncepay-3 holds every payment's lock %s, past the lock TTL %s, for the whole run", lockTTL+time.Second, lockTTL)})
 
+	clockSkewFault(h, f.counts)
+
 	start := time.Now()
 	traffic, stopTraffic := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -285,7 +287,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	fmt.Fprintf(stdout, "the gateway retried %d requests on another instance\n", retried)
 	rdb := w.redisClient()
 	defer rdb.Close()
-	c := &checker{events: h.snapshot(), db: db, rdb: rdb, state: w.sim.State(), users: w.users, lockTTL: lockTTL, prefix: "oncepay:", exits: map[string]int{},
+	c := &checker{events: h.snapshot(), start: h.start, db: db, rdb: rdb, state: w.sim.State(), users: w.users, lockTTL: lockTTL, prefix: "oncepay:", exits: map[string]int{},
 		gatewayLog: gatewayLog, hooks: hooks}
 	c.kafkaLag, c.dlq, err = kafkaBacklog(ctx, w.kafka.Brokers)
 	if err != nil {

@@ -264,7 +264,7 @@ func (wl *workload) buyer(ctx context.Context, u user) {
 		case r < 15:
 			wl.recharge(ctx, u)
 		default:
-			o := wl.order(ctx, u)
+			o := wl.placeOrder(ctx, u)
 			if o == nil {
 				continue
 			}
@@ -289,7 +289,8 @@ func (wl *workload) buyer(ctx context.Context, u user) {
 // newKey returns a fresh Idempotency-Key.
 func newKey(prefix string) string { return prefix + "-" + randomHex(10) }
 
-func (wl *workload) order(ctx context.Context, u user) *orderRef {
+// order places an order for u under key, or under a fresh key of its own when key is "".
+func (wl *workload) order(ctx context.Context, u user, key string) *orderRef {
 	s := chaosSKUs[1]
 	switch r := mrand.IntN(10); {
 	case r < 2:
@@ -298,7 +299,9 @@ func (wl *workload) order(ctx context.Context, u user) *orderRef {
 		s = chaosSKUs[2]
 	}
 	body := fmt.Appendf(nil, `{"items":[{"sku":%q,"quantity":%d}]}`, s.sku, 1+mrand.IntN(3))
-	key := newKey("order")
+	if key == "" {
+		key = newKey("order")
+	}
 	e := wl.write(ctx, call{op: "order", user: u.name, key: key, method: http.MethodPost, path: "/v1/orders",
 		bearer: u.apiKey, idemKey: key, body: body}, copiesOf())
 	if e == nil || e.Status != http.StatusCreated {

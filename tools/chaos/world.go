@@ -433,6 +433,7 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 		"ONCEPAY_WEBHOOK_TIMEOUT=" + hookTimeout.String(),
 	}
 	env = append(env, w.instanceEnv()...)
+	env = append(env, clockEnv(n)...)
 	if n == opts.instances && opts.slowPayment > 0 {
 		env = append(env, "ONCEPAY_CHAOS_PAYMENT_DELAY="+opts.slowPayment.String())
 	}

@@ -24,6 +24,7 @@ import (
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/migrations"
 )
 
@@ -57,7 +58,7 @@ func Open(opts Options) (*gorm.DB, error) {
 	cfg := &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true,
-		NowFunc:                func() time.Time { return time.Now().UTC() },
+		NowFunc:                clock.Now,
 		TranslateError:         false,
 	}
 	var (

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/reportsig"
 )
 
@@ -36,7 +37,7 @@ func RequireReportSignature(secret, kind string, tolerance time.Duration) func(h
 				WriteError(w, r, err)
 				return
 			}
-			if err := reportsig.Verify(secret, r.Header.Get(HeaderSignature), kind, body, time.Now(), tolerance); err != nil {
+			if err := reportsig.Verify(secret, r.Header.Get(HeaderSignature), kind, body, clock.Now(), tolerance); err != nil {
 				WriteError(w, r, apperr.ErrInvalidSignature.Withf("%v", err))
 				return
 			}
