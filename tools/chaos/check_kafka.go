@@ -3,16 +3,14 @@ package chaos
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"sort"
 	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	okafka "github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // kafkaView is what the broker holds once the run has settled: every message of the topics the
@@ -31,7 +29,7 @@ func readKafka(ctx context.Context, brokers []string) (*kafkaView, error) {
 	defer done()
 	v := &kafkaView{topics: map[string][]kafka.Message{}}
 	for _, topic := range checkedTopics {
-		msgs, err := readTopic(ctx, cl, topic)
+		msgs, err := testenv.ReadTopic(ctx, cl, topic)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", topic, err)
 		}
@@ -47,85 +45,6 @@ func readKafka(ctx context.Context, brokers []string) (*kafkaView, error) {
 func brokerClient(brokers []string, timeout time.Duration) (*kafka.Client, func()) {
 	t := &kafka.Transport{}
 	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: timeout, Transport: t}, t.CloseIdleConnections
-}
-
-// readTopic fetches every message of topic, from each partition's first offset to its end.
-func readTopic(ctx context.Context, cl *kafka.Client, topic string) ([]kafka.Message, error) {
-	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return nil, err
-	}
-	var reqs []kafka.OffsetRequest
-	for _, t := range md.Topics {
-		if t.Name != topic {
-			continue
-		}
-		if t.Error != nil {
-			return nil, t.Error
-		}
-		for _, p := range t.Partitions {
-			reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
-		}
-	}
-	offs, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		return nil, err
-	}
-	var out []kafka.Message
-	parts := offs.Topics[topic]
-	sort.Slice(parts, func(i, j int) bool { return parts[i].Partition < parts[j].Partition })
-	for _, p := range parts {
-		if p.Error != nil {
-			return nil, fmt.Errorf("partition %d: %w", p.Partition, p.Error)
-		}
-		for off := p.FirstOffset; off < p.LastOffset; {
-			res, err := cl.Fetch(ctx, &kafka.FetchRequest{Topic: topic, Partition: p.Partition, Offset: off, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 500 * time.Millisecond})
-			if err != nil {
-				return nil, err
-			}
-			if res.Error != nil {
-				return nil, res.Error
-			}
-			for {
-				r, err := res.Records.ReadRecord()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					return nil, err
-				}
-				if r.Offset < off || r.Offset >= p.LastOffset {
-					continue
-				}
-				m := kafka.Message{Topic: topic, Partition: p.Partition, Offset: r.Offset, Time: r.Time}
-				if r.Key != nil {
-					m.Key, _ = kafka.ReadAll(r.Key)
-				}
-				if r.Value != nil {
-					m.Value, _ = kafka.ReadAll(r.Value)
-				}
-				for _, h := range r.Headers {
-					m.Headers = append(m.Headers, kafka.Header(h))
-				}
-				out = append(out, m)
-				off = r.Offset + 1
-			}
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-		}
-	}
-	return out, nil
-}
-
-// headerOf returns the value of m's header key, or "".
-func headerOf(m kafka.Message, key string) string {
-	for _, h := range m.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
 
 // checkKafkaFeed: every outbox event marked published is in its topic — under its event_id,
@@ -167,7 +86,7 @@ func (c *checker) checkKafkaFeed(ctx context.Context) error {
 	copies := map[string]int{}
 	extra := 0
 	for _, m := range c.kafka.topics[okafka.TopicOrderEvents] {
-		id := headerOf(m, "event_id")
+		id := testenv.Header(m, "event_id")
 		r, ok := outbox[id]
 		switch {
 		case !ok:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/order"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/platform/web"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
 // Writer returns a producer to the instance's Kafka, closed when the test ends. Messages name
@@ -125,74 +125,15 @@ func (s *Server) Messages(tb testing.TB, topic string) []kafka.Message {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ends, err := s.offsets(ctx, topic)
+	out, err := testenv.ReadTopic(ctx, s.kafkaClient(), topic)
 	if err != nil {
-		tb.Fatalf("offsets of %s: %v", topic, err)
-	}
-	var out []kafka.Message
-	for p, fe := range ends {
-		msgs, err := s.readPartition(ctx, topic, p, fe[0], fe[1])
-		if err != nil {
-			tb.Fatalf("read %s/%d: %v", topic, p, err)
-		}
-		out = append(out, msgs...)
+		tb.Fatalf("read %s: %v", topic, err)
 	}
 	return out
 }
 
-// readPartition fetches the messages of topic/partition from offset first up to end.
-func (s *Server) readPartition(ctx context.Context, topic string, partition int, first, end int64) ([]kafka.Message, error) {
-	var out []kafka.Message
-	for off := first; off < end; {
-		res, err := s.kafkaClient().Fetch(ctx, &kafka.FetchRequest{
-			Topic: topic, Partition: partition, Offset: off, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 500 * time.Millisecond,
-		})
-		if err != nil {
-			return nil, err
-		}
-		if res.Error != nil {
-			return nil, res.Error
-		}
-		for {
-			r, err := res.Records.ReadRecord()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
-			if r.Offset < off || r.Offset >= end {
-				continue
-			}
-			m := kafka.Message{Topic: topic, Partition: partition, Offset: r.Offset, Time: r.Time}
-			if r.Key != nil {
-				m.Key, _ = kafka.ReadAll(r.Key)
-			}
-			if r.Value != nil {
-				m.Value, _ = kafka.ReadAll(r.Value)
-			}
-			for _, h := range r.Headers {
-				m.Headers = append(m.Headers, kafka.Header(h))
-			}
-			out = append(out, m)
-			off = r.Offset + 1
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-	}
-	return out, nil
-}
-
 // Header returns the value of m's header key, or "".
-func Header(m kafka.Message, key string) string {
-	for _, h := range m.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
+func Header(m kafka.Message, key string) string { return testenv.Header(m, key) }
 
 // OrderEvent is a message of order.events with its decoded value.
 type OrderEvent struct {
