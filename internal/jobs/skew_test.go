@@ -11,15 +11,6 @@ import (
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
-// skew runs the instance's wall clock d off the machine's — the database's — until the test
-// ends, as ONCEPAY_CHAOS_CLOCK_OFFSET does (the clock is the process's: these tests are not
-// parallel).
-func skew(t *testing.T, d time.Duration) {
-	t.Helper()
-	prev := clock.SetOffset(d)
-	t.Cleanup(func() { clock.SetOffset(prev) })
-}
-
 // TestCloseOnClockAhead: a close job on an instance whose clock runs ten minutes ahead closes
 // no order before its expires_at by the database's clock. The job once compared expires_at
 // with the instance's clock and closed an order with a minute left.
@@ -29,7 +20,7 @@ func TestCloseOnClockAhead(t *testing.T) {
 		c.CloseJobInterval = time.Hour
 	})
 	o := s.CreateOrder(t, apptest.AliceKey, "skew-ahead", basket...)
-	skew(t, 10*time.Minute)
+	apptest.SkewClock(t, 10*time.Minute)
 	if n := s.RunCloseJob(t); n != 0 {
 		t.Errorf("close job on a clock 10 min ahead closed %d orders, want 0 (expires_at is a minute away)", n)
 	}
@@ -74,7 +65,7 @@ func TestNoPaymentOpenedAfterExpiryOnClockBehind(t *testing.T) {
 	s := apptest.Start(t, shortTTL)
 	o := s.CreateOrder(t, apptest.AliceKey, "skew-behind", basket...)
 	pastExpiry(s)
-	skew(t, -10*time.Minute)
+	apptest.SkewClock(t, -10*time.Minute)
 	pay := s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/payments", apptest.AliceKey, nil, apptest.IdemKey("skew-behind-pay"))
 	if pay.Status != http.StatusConflict {
 		t.Errorf("opening a payment on an expired order on a clock 10 min behind: %s, want 409 illegal_state", pay)

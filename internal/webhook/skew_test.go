@@ -14,14 +14,6 @@ import (
 	"github.com/oncepay/oncepay/internal/webhook"
 )
 
-// skew runs the instance's wall clock d off the database's until the test ends, as
-// ONCEPAY_CHAOS_CLOCK_OFFSET does (the clock is the process's: these tests are not parallel).
-func skew(t *testing.T, d time.Duration) {
-	t.Helper()
-	prev := clock.SetOffset(d)
-	t.Cleanup(func() { clock.SetOffset(prev) })
-}
-
 // TestLeaseHeldAgainstClockAhead: a delivery's lease, held by one sender, is not taken by a
 // sender whose clock runs ten minutes ahead. The lease compared locked_until with the
 // claimer's clock, and the sender ahead took every live lease.
@@ -38,7 +30,7 @@ func TestLeaseHeldAgainstClockAhead(t *testing.T) {
 	if claimed, err := holder.Claim(ctx); err != nil || len(claimed) != 1 {
 		t.Fatalf("claimed %d (%v), want 1", len(claimed), err)
 	}
-	skew(t, 10*time.Minute)
+	apptest.SkewClock(t, 10*time.Minute)
 	ahead := f.sender(apptest.OpenPool(t, f.db, f.dsn), time.Second)
 	if n, err := ahead.RunOnce(ctx); n != 0 || err != nil {
 		t.Errorf("a sender 10 min ahead sent %d (%v) while another held the lease for a minute, want 0", n, err)
@@ -70,7 +62,7 @@ func TestDeliveriesDueByTheDatabasesClock(t *testing.T) {
 	// The first attempt failed (500). Its retry is made due now, and sent by a sender ten
 	// minutes behind, whose attempt fails too and schedules the next one.
 	d := f.delivery(t, e.ID, id)
-	skew(t, -10*time.Minute)
+	apptest.SkewClock(t, -10*time.Minute)
 	if err := f.db.Model(&webhook.Delivery{}).Where("id = ?", d.ID).Update("next_attempt_at", time.Now().UTC().Add(-time.Second)).Error; err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +90,7 @@ func TestSignedOnTheDatabasesClock(t *testing.T) {
 	f.endpoint(t, rcv.srv.URL, outbox.OrderPaid)
 	f.announce(t, outbox.OrderPaid, map[string]string{"order_id": "9"})
 	f.sequence(t)
-	skew(t, 10*time.Minute)
+	apptest.SkewClock(t, 10*time.Minute)
 	if n, err := f.sender(f.db, time.Second).RunOnce(context.Background()); n != 1 || err != nil {
 		t.Fatalf("sent %d (%v), want 1", n, err)
 	}

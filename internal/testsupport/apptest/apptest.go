@@ -30,6 +30,7 @@ import (
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/web"
 	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
@@ -367,3 +368,12 @@ func Parallel(workers, n int, fn func(i int)) {
 
 // sleepBrief is the pause between two polls or retries.
 func sleepBrief() { time.Sleep(20 * time.Millisecond) }
+
+// SkewClock runs the process's wall clock (internal/platform/clock) d off the machine's — and
+// the database's — until the test ends, as ONCEPAY_CHAOS_CLOCK_OFFSET does. The clock is the
+// process's: a test that skews it must not run in parallel with others.
+func SkewClock(t testing.TB, d time.Duration) {
+	t.Helper()
+	prev := clock.SetOffset(d)
+	t.Cleanup(func() { clock.SetOffset(prev) })
+}
