@@ -58,7 +58,7 @@ type mode struct {
 var modes = map[string]mode{
 	"short": {name: "short", duration: 70 * time.Second, minDeliveries: 1000, maxDuration: 100 * time.Second, buyers: 12, faultEvery: 5 * time.Second,
 		netFaults: []string{faultCommitLost, faultNetPartition, faultNetReset}},
-	"full":  {name: "full", duration: 5 * time.Minute, minDeliveries: 10000, maxDuration: 12 * time.Minute, buyers: 12, faultEvery: 6 * time.Second,
+	"full": {name: "full", duration: 5 * time.Minute, minDeliveries: 10000, maxDuration: 12 * time.Minute, buyers: 12, faultEvery: 6 * time.Second,
 		netFaults: netFaults},
 }
 
