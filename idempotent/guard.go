@@ -258,13 +258,21 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		return g.unguarded(ctx, req, work)
 	}
 	start := time.Now()
-	defer func() { g.observe(ctx, req.Key, res, err, start) }()
+	var degraded []Layer // the layers that stepped aside with Redis unreachable
+	defer func() {
+		if res.Degraded == nil {
+			res.Degraded = degraded
+		}
+		g.observe(ctx, req.Key, res, err, start)
+	}()
 
 	// Layer 1, token (I7): a tok_ key must be a live token of this scope.
 	if IsToken(req.Key.BizKey) {
-		if res, err, done := g.checkToken(ctx, req); done {
+		res, err, done := g.checkToken(ctx, req)
+		if done {
 			return res, err
 		}
+		degraded = res.Degraded
 	}
 
 	// Layers 2 and 3 in one round trip: a finished outcome in the replay cache answers
@@ -279,6 +287,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		if err := g.redisFailed(LayerCache, cerr); err != nil {
 			return Result{Outcome: Unavailable, Layer: LayerCache}, err
 		}
+		degraded = append(degraded, LayerCache, LayerLock)
 	case cached != nil && cached.Fingerprint != req.Fingerprint:
 		return Result{Outcome: Mismatch, Layer: LayerCache}, ErrKeyReused
 	case cached != nil:

@@ -68,6 +68,10 @@ type Result struct {
 	// Rejection is the work's error behind an executed, stored business refusal (see
 	// Config.Reject), so that the caller can tell a refusal from a success.
 	Rejection error
+	// Degraded names the Redis layers that stepped aside for this attempt because Redis could
+	// not be reached (Config.RejectWithoutRedis off): LayerToken (a tok_ key accepted without
+	// checking that it is live), LayerCache, LayerLock. The dedup record still held.
+	Degraded []Layer
 }
 
 // storable reports whether an outcome with this status is stored for replay (see the

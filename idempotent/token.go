@@ -86,6 +86,8 @@ func (g *Guard) checkToken(ctx context.Context, req Request) (res Result, err er
 		if err := g.redisFailed(LayerToken, terr); err != nil {
 			return Result{Outcome: Unavailable, Layer: LayerToken}, err, true
 		}
+		// Degrade: the token cannot be checked, and the record alone keeps its write once.
+		return Result{Degraded: []Layer{LayerToken}}, nil, false
 	case state == tokenInvalid:
 		// A token used long ago may have expired while its record remains.
 		if res, found, err := g.fromRecord(ctx, req); found || err != nil {

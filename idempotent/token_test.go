@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // TestTokenLayer replays I7, the double click: a one-time token issued before the form is
@@ -157,5 +160,34 @@ func TestTokenExpiryOnRedisClock(t *testing.T) {
 			key.BizKey = tok
 			mustExecute(t, g, request(key, `{}`), effectWork("inTime"+skew.String(), 0, http.StatusCreated))
 		}
+	}
+}
+
+// TestDegradedNamesTheLayersThatSteppedAside: with Redis unreachable and the guard in degrade
+// mode, a tok_ key cannot be checked; the write runs once under the record, and the result
+// says which layers stepped aside (Result.Degraded, the Idempotency-Degraded header), so that
+// a client or a checker can tell a token accepted unchecked from a live one. With Redis up,
+// nothing is named.
+func TestDegradedNamesTheLayersThatSteppedAside(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	down := e.guardWith(idemtest.Unreachable(t), idempotent.Config{})
+	key := idempotent.Key{Scope: "u1", BizType: "test", BizKey: "tok_" + strconv.FormatInt(recordID(), 16)}
+	res, err := down.Do(ctx, request(key, "a"), effectWork("degraded-token", 0, 201))
+	if err != nil || res.Outcome != idempotent.Executed {
+		t.Fatalf("Do with Redis down = %+v, %v; want executed (degrade)", res, err)
+	}
+	want := []idempotent.Layer{idempotent.LayerToken, idempotent.LayerCache, idempotent.LayerLock}
+	if !slices.Equal(res.Degraded, want) {
+		t.Errorf("Degraded = %v, want %v", res.Degraded, want)
+	}
+	plain := testKey(t, "u1", "plain-key")
+	if res, _ := down.Do(ctx, request(plain, "a"), effectWork("degraded-plain", 0, 201)); !slices.Equal(res.Degraded, want[1:]) {
+		t.Errorf("Degraded of a plain key = %v, want %v", res.Degraded, want[1:])
+	}
+	up := e.guard(idempotent.Config{})
+	other := testKey(t, "u1", "plain-up")
+	if res, err := up.Do(ctx, request(other, "a"), effectWork("plain-up", 0, 201)); err != nil || res.Degraded != nil {
+		t.Errorf("Do with Redis up = %+v, %v; want nothing degraded", res, err)
 	}
 }

@@ -28,6 +28,10 @@ const (
 	HeaderKey      = "Idempotency-Key"
 	HeaderOutcome  = "Idempotency-Outcome"
 	HeaderReplayed = "Idempotent-Replayed"
+	// HeaderDegraded lists the idempotency layers that stepped aside for the attempt because
+	// Redis could not be reached ("token, cache, lock"): with a token among them, the token
+	// was accepted unchecked (ONCEPAY_REDIS_FAILURE_MODE=degrade). Absent when none did.
+	HeaderDegraded = "Idempotency-Degraded"
 )
 
 // BizType is the biz type of client keys: a key names one write of one scope, whatever the

@@ -123,6 +123,11 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		slog.WarnContext(ctx, "chaos: this instance's wall clock runs off the machine's", "offset", cfg.ChaosClockOffset.String())
 	}
 
+	// ONCEPAY_CHAOS_REDIS_ROUTES: the chaos run's proxies in front of every Redis node.
+	if len(cfg.ChaosRedisRoutes) > 0 {
+		redisx.SetRoutes(cfg.ChaosRedisRoutes)
+	}
+
 	// Snowflake ids, one node per instance.
 	if a.IDs, err = ids.New(cfg.NodeID); err != nil {
 		return nil, err

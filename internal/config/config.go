@@ -111,6 +111,11 @@ type Config struct {
 	// skew. Every timestamp the instance stamps and every decision it takes on its own clock
 	// moves with it; what must agree across instances takes the database's clock.
 	ChaosClockOffset ClockOffset `env:"ONCEPAY_CHAOS_CLOCK_OFFSET" envDefault:"0s" envHint:"use a signed duration such as 10m or -10m"`
+	// ChaosRedisRoutes is a drill-only seam: Redis addresses the instance dials at another
+	// address, "real=proxy,…", so that the chaos run's proxies stand between each instance
+	// and every node of a Redis Cluster, whose clients dial the addresses the nodes announce
+	// (internal/platform/redisx, SetRoutes).
+	ChaosRedisRoutes map[string]string `env:"ONCEPAY_CHAOS_REDIS_ROUTES" envKeyValSeparator:"="`
 	// IdempotencyTokenTTL is how long a one-time token of POST /v1/idempotency-tokens stays
 	// usable (I7); at least 1s. Redis keeps the expiry, on its own clock.
 	IdempotencyTokenTTL time.Duration `env:"ONCEPAY_IDEMPOTENCY_TOKEN_TTL" envDefault:"10m"`
@@ -500,6 +505,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("lab", c.Lab),
 		slog.String("chaos_payment_delay", c.ChaosPaymentDelay.String()),
 		slog.String("chaos_clock_offset", c.ChaosClockOffset.String()),
+		slog.Int("chaos_redis_routes", len(c.ChaosRedisRoutes)),
 		slog.String("idempotency_token_ttl", c.IdempotencyTokenTTL.String()),
 		slog.String("close_job_interval", c.CloseJobInterval.String()),
 		slog.String("purge_job_interval", c.PurgeJobInterval.String()),

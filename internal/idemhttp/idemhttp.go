@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
@@ -47,6 +48,7 @@ func Classify(db *gorm.DB) func(error) idempotent.ErrorClass {
 const (
 	HeaderKey      = httpkey.HeaderKey
 	HeaderOutcome  = httpkey.HeaderOutcome
+	HeaderDegraded = httpkey.HeaderDegraded
 	HeaderReplayed = httpkey.HeaderReplayed
 )
 
@@ -224,6 +226,13 @@ func JSON(status int, v any, header ...string) idempotent.Response {
 // idempotency_key_in_use.
 func Write(w http.ResponseWriter, r *http.Request, res idempotent.Result, err error) {
 	h := w.Header()
+	if len(res.Degraded) > 0 {
+		layers := make([]string, len(res.Degraded))
+		for i, l := range res.Degraded {
+			layers[i] = string(l)
+		}
+		h.Set(HeaderDegraded, strings.Join(layers, ", "))
+	}
 	if err != nil {
 		outcome := res.Outcome
 		if outcome == "" {

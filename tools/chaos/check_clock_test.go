@@ -21,6 +21,9 @@ func TestCheckExpiredTokens(t *testing.T) {
 		return &event{Seq: seq, Kind: kindHTTP, Op: "order", User: "chaos-01", Key: tok, Inst: 1, Method: "POST", Path: "/v1/orders",
 			Status: status, Outcome: outcome, Resp: resp, AtMs: sentMs + ms, Ms: ms}
 	}
+	// degraded marks e as answered with the token layer stepped aside (Redis unreachable).
+	degradedOnly := func(e *event, layers string) *event { e.Degraded = layers; return e }
+	degraded := func(e *event) *event { return degradedOnly(e, "token, cache, lock") }
 	const created, invalid = `{"order_id":"5001","status":"PENDING_PAYMENT"}`, `{"code":"idempotency_token_invalid"}`
 	cases := []struct {
 		name   string
@@ -38,6 +41,10 @@ func TestCheckExpiredTokens(t *testing.T) {
 		{"sent in time, answered after expiry", []*event{issue, write(2, 2900, 400, 201, "executed", created)}, 0, nil},
 		{"replayed after expiry of an acceptance in time", []*event{issue,
 			write(2, 2000, 1500, 201, "executed", created), write(3, 3800, 10, 201, "replayed", created)}, 0, nil},
+		{"let through unchecked with Redis unreachable, and its replay", []*event{issue,
+			degraded(write(2, 3500, 20, 201, "executed", created)), write(3, 3900, 10, 201, "replayed", created)}, 0, nil},
+		{"a cache that stepped aside is no unchecked token", []*event{issue,
+			degradedOnly(write(2, 3500, 20, 201, "executed", created), "cache, lock")}, 1, []string{"201 executed"}},
 		{"a 503 after expiry is no answer", []*event{issue, write(2, 3500, 10, 503, "", `{"code":"unavailable"}`)}, 0, nil},
 		{"a key that is no token of the history", []*event{issue,
 			{Seq: 2, Kind: kindHTTP, Op: "order", User: "chaos-01", Key: "order-0123456789", Status: 201, Outcome: "executed", AtMs: 9000, Ms: 1}}, 0, nil},

@@ -39,8 +39,10 @@ type event struct {
 	Req    string `json:"req,omitempty"`
 	Status int    `json:"status,omitempty"`
 	// Outcome is the Idempotency-Outcome header; Replayed is Idempotent-Replayed: true.
-	Outcome  string  `json:"outcome,omitempty"`
-	Replayed bool    `json:"replayed,omitempty"`
+	Outcome  string `json:"outcome,omitempty"`
+	Replayed bool   `json:"replayed,omitempty"`
+	// Degraded is the Idempotency-Degraded header: the layers that stepped aside without Redis.
+	Degraded string  `json:"degraded,omitempty"`
 	Resp     string  `json:"resp,omitempty"`
 	Err      string  `json:"err,omitempty"`
 	Ms       float64 `json:"ms,omitempty"`

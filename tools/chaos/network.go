@@ -18,9 +18,10 @@ import (
 )
 
 // The network faults: a toxiproxy proxy (internal/testsupport/netfault) stands between every
-// oncepay instance and each of MariaDB, Redis (one server; a cluster's clients follow the
-// nodes' own addresses, which no proxy can stand for) and the channel, and the faults break
-// one instance's routes there while the others' stay whole.
+// oncepay instance and each of MariaDB, Redis (one server, or every node of a cluster: the
+// instance dials each node's announced address through its own proxy, ONCEPAY_CHAOS_REDIS_ROUTES)
+// and the channel, and the faults break one instance's routes there while the others' stay
+// whole.
 const (
 	faultNetLatency   = "net_latency"          // 20–150 ms ± jitter both ways on every route of an instance
 	faultNetPartition = "net_partition"        // every byte dropped between an instance and one service for 2–5 s
@@ -51,7 +52,29 @@ const (
 )
 
 // routes are one instance's proxies, by service.
-type routes map[string]*netfault.Proxy
+type routes map[string]route
+
+// route is one service's proxies for an instance: one, or one per node of a Redis Cluster.
+type route []*netfault.Proxy
+
+// each applies fault to every proxy of the route, and returns one Heal for them all.
+func (r route) each(fault func(*netfault.Proxy) (netfault.Heal, error)) (netfault.Heal, error) {
+	var heals []netfault.Heal
+	all := func() {
+		for _, h := range heals {
+			h()
+		}
+	}
+	for _, p := range r {
+		h, err := fault(p)
+		if err != nil {
+			all()
+			return nil, err
+		}
+		heals = append(heals, h)
+	}
+	return all, nil
+}
 
 // route puts a proxy between instance n and upstream (host:port) for service, and returns
 // the address the instance dials instead.
@@ -66,7 +89,7 @@ func (w *world) route(n int, service, upstream string) (string, error) {
 	if w.routes[n] == nil {
 		w.routes[n] = routes{}
 	}
-	w.routes[n][service] = p
+	w.routes[n][service] = append(w.routes[n][service], p)
 	return p.Addr(), nil
 }
 
@@ -90,13 +113,24 @@ func (w *world) routeDSN(n int, dsn string) (string, error) {
 	return cfg.FormatDSN(), nil
 }
 
-// routeRedisAddrs is ONCEPAY_REDIS_ADDR for instance n: its proxy to the one Redis server,
-// or the cluster's nodes themselves.
-func (w *world) routeRedisAddrs(n int) (string, error) {
-	if len(w.redis) != 1 {
-		return w.redisAddrs(), nil
+// routeRedis is instance n's Redis environment: ONCEPAY_REDIS_ADDR its proxy to the one Redis
+// server; or, on a cluster, the nodes' own addresses with ONCEPAY_CHAOS_REDIS_ROUTES sending
+// each through a proxy of the instance's (the client dials the addresses CLUSTER SLOTS
+// announces, so only a dialer that maps them keeps it behind the proxies).
+func (w *world) routeRedis(n int) ([]string, error) {
+	if len(w.redis) == 1 {
+		addr, err := w.route(n, routeRedis, w.redis[0].addr())
+		return []string{"ONCEPAY_REDIS_ADDR=" + addr}, err
 	}
-	return w.route(n, routeRedis, w.redis[0].addr())
+	var to []string
+	for _, s := range w.redis {
+		addr, err := w.route(n, routeRedis, s.addr())
+		if err != nil {
+			return nil, err
+		}
+		to = append(to, s.addr()+"="+addr)
+	}
+	return []string{"ONCEPAY_REDIS_ADDR=" + w.redisAddrs(), "ONCEPAY_CHAOS_REDIS_ROUTES=" + strings.Join(to, ",")}, nil
 }
 
 // routeChannelURL is ONCEPAY_CHANNEL_URL for instance n: its proxy to the simulator.
@@ -147,31 +181,31 @@ func (f *faulter) injectNetwork(ctx context.Context, kind string) bool {
 	case faultNetLatency:
 		lat, jit := time.Duration(20+mrand.IntN(130))*time.Millisecond, time.Duration(10+mrand.IntN(50))*time.Millisecond
 		for _, s := range services {
-			apply(rs[s].Latency(lat, jit))
+			apply(rs[s].each(func(p *netfault.Proxy) (netfault.Heal, error) { return p.Latency(lat, jit) }))
 		}
 		detail = fmt.Sprintf("%s ± %s both ways between oncepay-%d and %s", lat, jit, in.n, strings.Join(services, ", "))
 	case faultNetPartition:
 		hold = time.Duration(2000+mrand.IntN(3000)) * time.Millisecond
-		apply(rs[one].Partition())
+		apply(rs[one].each((*netfault.Proxy).Partition))
 		detail = fmt.Sprintf("oncepay-%d cut from %s for %s (every byte dropped, new connections too)", in.n, one, hold)
 	case faultNetReset:
-		apply(rs[one].ResetAfterSend(0.3))
+		apply(rs[one].each(func(p *netfault.Proxy) (netfault.Heal, error) { return p.ResetAfterSend(0.3) }))
 		detail = fmt.Sprintf("30%% of oncepay-%d's connections to %s reset at their next answer, after the request went out", in.n, one)
 	case faultNetSlowClose:
 		for _, s := range services {
-			apply(rs[s].SlowClose(2 * time.Second))
+			apply(rs[s].each(func(p *netfault.Proxy) (netfault.Heal, error) { return p.SlowClose(2 * time.Second) }))
 		}
 		detail = fmt.Sprintf("oncepay-%d's closing connections to %s held open 2 s", in.n, strings.Join(services, ", "))
 	case faultNetBandwidth:
 		for _, s := range services {
-			apply(rs[s].Bandwidth(16))
+			apply(rs[s].each(func(p *netfault.Proxy) (netfault.Heal, error) { return p.Bandwidth(16) }))
 		}
 		detail = fmt.Sprintf("oncepay-%d's routes to %s limited to 16 KB/s", in.n, strings.Join(services, ", "))
 	case faultCommitLost:
 		const cuts = 3
 		n, left, all := in.n, cuts, make(chan struct{})
 		var mu sync.Mutex
-		apply(rs[routeMariaDB].CutAfterCommit(cuts, func() {
+		apply(rs[routeMariaDB][0].CutAfterCommit(cuts, func() {
 			f.record(kind+"_cut", fmt.Sprintf("oncepay-%d: a COMMIT went out to MariaDB and its connection was cut before the answer", n), nil)
 			mu.Lock()
 			defer mu.Unlock()
@@ -189,13 +223,9 @@ func (f *faulter) injectNetwork(ctx context.Context, kind string) bool {
 	case faultLeaseHolderCut:
 		in = f.w.insts[len(f.w.insts)-1] // the instance whose payments outlast the lock TTL
 		rs = f.w.routes[in.n]
-		if rs[routeRedis] == nil {
-			f.record(kind, "skipped: a Redis Cluster's clients reach the nodes at their own addresses, past any proxy", nil)
-			return true
-		}
 		before := metric(heal, in, "oncepay_idempotency_lock_lost_total")
 		hold = 2*f.lockTTL + time.Duration(mrand.IntN(1000))*time.Millisecond
-		apply(rs[routeRedis].Partition())
+		apply(rs[routeRedis].each((*netfault.Proxy).Partition))
 		detail = fmt.Sprintf("oncepay-%d (payments hold their lease past the lock TTL %s) cut from Redis for %s while its payments run", in.n, f.lockTTL, hold)
 		defer func() {
 			after := metric(heal, in, "oncepay_idempotency_lock_lost_total")

@@ -152,6 +152,7 @@ func (wl *workload) deliver(ctx context.Context, inst int, c call) *event {
 	}
 	e.Status, e.Resp = resp.StatusCode, string(b)
 	e.Outcome = resp.Header.Get("Idempotency-Outcome")
+	e.Degraded = resp.Header.Get("Idempotency-Degraded")
 	e.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
 	return e
 }

@@ -399,7 +399,7 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	redisAddr, err := w.routeRedisAddrs(n)
+	redisEnv, err := w.routeRedis(n)
 	if err != nil {
 		return nil, err
 	}
@@ -411,7 +411,6 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 		"ONCEPAY_HTTP_ADDR=" + addr,
 		"ONCEPAY_NODE_ID=" + strconv.Itoa(n),
 		"ONCEPAY_MYSQL_DSN=" + dsn,
-		"ONCEPAY_REDIS_ADDR=" + redisAddr,
 		"ONCEPAY_KAFKA_BROKERS=" + strings.Join(w.kafka.Brokers, ","),
 		"ONCEPAY_CHANNEL_URL=" + channelURL,
 		"ONCEPAY_CHANNELS=simpay",
@@ -432,6 +431,7 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 		"ONCEPAY_WEBHOOK_SCHEDULE=" + hookSchedule,
 		"ONCEPAY_WEBHOOK_TIMEOUT=" + hookTimeout.String(),
 	}
+	env = append(env, redisEnv...)
 	env = append(env, w.instanceEnv()...)
 	env = append(env, clockEnv(n)...)
 	if n == opts.instances && opts.slowPayment > 0 {

@@ -7,6 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -77,11 +80,36 @@ const (
 	poolSize    = 64
 )
 
+// routes maps Redis addresses to the addresses to dial instead (SetRoutes); nil dials every
+// address as it is.
+var routes atomic.Pointer[map[string]string]
+
+// SetRoutes makes every client this package builds from now on dial to[addr] where it would
+// dial addr: the chaos run (tools/chaos/network.go) puts a proxy of each instance's own in
+// front of every node of a Redis Cluster, whose clients dial the addresses the nodes announce
+// in CLUSTER SLOTS, never an address they were given. Production leaves it unset.
+func SetRoutes(to map[string]string) {
+	m := maps.Clone(to)
+	routes.Store(&m)
+}
+
+// dial is the clients' dialer: the address through routes, with go-redis's own defaults.
+func dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if m := routes.Load(); m != nil {
+		if to, ok := (*m)[addr]; ok {
+			addr = to
+		}
+	}
+	d := net.Dialer{Timeout: dialTimeout, KeepAlive: 5 * time.Minute}
+	return d.DialContext(ctx, network, addr)
+}
+
 // NewClient returns a client of one Redis server with short timeouts and no retries.
 func NewClient(addr string, db int) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:         addr,
 		DB:           db,
+		Dialer:       dial,
 		DialTimeout:  dialTimeout,
 		ReadTimeout:  ioTimeout,
 		WriteTimeout: ioTimeout,
@@ -127,6 +155,7 @@ const clusterStateReload = 2 * time.Second
 func NewClusterClient(addrs []string) *redis.ClusterClient {
 	c := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:                      addrs,
+		Dialer:                     dial,
 		DialTimeout:                dialTimeout,
 		ReadTimeout:                ioTimeout,
 		WriteTimeout:               ioTimeout,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
+	"github.com/oncepay/oncepay/internal/testsupport/netfault"
 )
 
 // TestNewUniversal: one address is a plain client on its database, several a cluster client
@@ -74,6 +75,61 @@ func TestOpenCluster(t *testing.T) {
 		}
 		if v, err := conn.Client.Get(ctx, k).Result(); err != nil || v != k {
 			t.Fatalf("GET %s = %q, %v", k, v, err)
+		}
+	}
+}
+
+// TestRoutesPutAProxyBeforeEveryNode: with SetRoutes a cluster client dials every node — the
+// seeds and the addresses CLUSTER SLOTS announces — through the address routed to it (the
+// chaos run's per-instance proxies). Cutting the proxies cuts the client off, which a client
+// that dialled the announced addresses directly would not notice.
+func TestRoutesPutAProxyBeforeEveryNode(t *testing.T) {
+	addrs := idemtest.RedisCluster(t)
+	n := netfault.New()
+	t.Cleanup(n.Close)
+	to := map[string]string{}
+	var proxies []*netfault.Proxy
+	for _, a := range addrs {
+		p, err := n.Proxy("redis-"+a, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		to[a] = p.Addr()
+		proxies = append(proxies, p)
+	}
+	redisx.SetRoutes(to)
+	t.Cleanup(func() { redisx.SetRoutes(nil) })
+	conn, err := redisx.Open(addrs, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	keys := []string{"a", "b", "c", "d", "e", "f"}
+	for _, k := range keys {
+		if err := conn.Client.Set(ctx, k, k, 0).Err(); err != nil {
+			t.Fatalf("SET %s through the proxies: %v", k, err)
+		}
+	}
+	var heals []netfault.Heal
+	for _, p := range proxies {
+		h, err := p.Partition()
+		if err != nil {
+			t.Fatal(err)
+		}
+		heals = append(heals, h)
+	}
+	for _, k := range keys[:2] {
+		if err := conn.Client.Get(ctx, k).Err(); err == nil {
+			t.Fatalf("GET %s answered with every proxy cut: the client went around them", k)
+		}
+	}
+	for _, h := range heals {
+		h()
+	}
+	for _, k := range keys {
+		if v, err := conn.Client.Get(ctx, k).Result(); err != nil || v != k {
+			t.Fatalf("GET %s after healing = %q, %v", k, v, err)
 		}
 	}
 }
