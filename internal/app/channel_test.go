@@ -412,3 +412,66 @@ func TestConcurrentRefundsNeverExceedPaid(t *testing.T) {
 		t.Errorf("%d SUCCEEDED refunds, want 1", n)
 	}
 }
+
+// TestLostRechargeReportsAreCredited: a recharge the channel took, whose every report was
+// lost, is credited once — by reconcile-payments once its report had time to come by itself
+// (it asks the channel about the PENDING recharges of the last day), and by the daily bill
+// (reconcile_missing_recharge) where no reconcile ran. A bill line for a recharge is credited
+// as a recharge report, not applied as a payment of an order that does not exist. Running
+// either again credits nothing more.
+func TestLostRechargeReportsAreCredited(t *testing.T) {
+	s := channelServer(t)
+	s.App.Channel.SetFaults(channelsim.Faults{DropNotifications: 1})
+	notifyURL := s.Config.PublicURL + apptest.RechargeNotifyPath
+	byReconcile := s.CreateRecharge(t, apptest.AliceKey, 5000)
+	byBill := s.CreateRecharge(t, apptest.AliceKey, 700)
+	for _, rc := range []struct {
+		id     string
+		amount int64
+	}{{byReconcile, 5000}, {byBill, 700}} {
+		if _, err := s.App.Channel.Recharge(rc.id, rc.amount, notifyURL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := s.Count(t, "recharges", "status = ?", "SUCCEEDED"); n != 0 {
+		t.Fatalf("%d recharges credited although every report was dropped", n)
+	}
+
+	// The first was asked for a minute ago: its report had time to come by itself.
+	if err := s.DB.Exec("UPDATE recharges SET created_at = ? WHERE id = ?", time.Now().UTC().Add(-time.Minute), byReconcile).Error; err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		RechargesChecked int64 `json:"recharges_checked"`
+		RechargesApplied int64 `json:"recharges_applied"`
+	}
+	adminRun(t, s, "reconcile-payments", nil, &rec)
+	if rec.RechargesChecked != 1 || rec.RechargesApplied != 1 {
+		t.Errorf("reconcile-payments = %+v, want the old recharge checked and credited, the new one left to its report", rec)
+	}
+	adminRun(t, s, "reconcile-payments", nil, &rec)
+	if rec.RechargesApplied != 0 {
+		t.Errorf("reconcile-payments again credited %d, want 0", rec.RechargesApplied)
+	}
+
+	var bill struct {
+		Mismatches []struct{ Kind, Settled string } `json:"mismatches"`
+	}
+	adminRun(t, s, "reconcile-bills", map[string]string{"date": time.Now().UTC().Format(time.DateOnly)}, &bill)
+	if len(bill.Mismatches) != 1 || bill.Mismatches[0].Kind != "reconcile_missing_recharge" || bill.Mismatches[0].Settled != "applied" {
+		t.Errorf("reconcile-bills mismatches %+v, want the second recharge missing and applied", bill.Mismatches)
+	}
+	for _, id := range []string{byReconcile, byBill} {
+		if n := s.Count(t, "recharges", "id = ? AND status = ?", id, "SUCCEEDED"); n != 1 {
+			t.Errorf("recharge %s not credited", id)
+		}
+	}
+	if n := s.Count(t, "account_ledger", "biz_id IN (?, ?)", byReconcile, byBill); n != 2 {
+		t.Errorf("%d ledger rows for the two recharges, want 2", n)
+	}
+	adminRun(t, s, "reconcile-bills", map[string]string{"date": time.Now().UTC().Format(time.DateOnly)}, &bill)
+	if n := s.Count(t, "account_ledger", "biz_id IN (?, ?)", byReconcile, byBill); n != 2 {
+		t.Errorf("%d ledger rows after the bill ran again, want 2", n)
+	}
+}

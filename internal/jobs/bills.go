@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/payment"
@@ -19,7 +20,8 @@ import (
 // Mismatch is one disagreement between the channel's bill and oncepay's books.
 type Mismatch struct {
 	// Kind is the anomaly kind it is recorded as: reconcile_missing_payment (the channel was
-	// paid, oncepay knows no such payment), reconcile_payment_amount, reconcile_unbilled_payment
+	// paid, oncepay knows no such payment), reconcile_missing_recharge (the channel was paid
+	// for a recharge oncepay never credited), reconcile_payment_amount, reconcile_unbilled_payment
 	// (oncepay recorded a payment the bill lacks), reconcile_unbilled_recharge (oncepay credited
 	// a recharge by a trade the bill lacks), reconcile_missing_refund,
 	// reconcile_refund_amount, reconcile_unbilled_refund.
@@ -32,9 +34,10 @@ type Mismatch struct {
 	ChannelAmount int64  `json:"channel_amount"`
 	OncepayAmount int64  `json:"oncepay_amount"`
 	Detail        string `json:"detail"`
-	// Settled says, for reconcile_missing_payment, what applying the billed payment through
-	// the notification's path did: "applied" (the order is PAID now), "recorded" (the order
-	// had moved on: kept as an anomaly for refund), or why it could not be applied yet.
+	// Settled says, for reconcile_missing_payment and reconcile_missing_recharge, what
+	// applying the billed trade through the report's path did: "applied" (the order is PAID
+	// now, the recharge credited), "recorded" (the order had moved on: kept as an anomaly for
+	// refund), or why it could not be applied yet.
 	Settled string `json:"settled,omitempty"`
 }
 
@@ -112,8 +115,16 @@ func (b *Bills) compareTrades(ctx context.Context, billed []channel.Trade, from,
 		case err != nil:
 			return err
 		case !found:
-			rep.add("reconcile_missing_payment", b.channel, t.TradeNo, t.OutTradeNo, t.Amount, 0, "the channel was paid; oncepay has no payment or anomaly for this trade")
-			rep.Mismatches[len(rep.Mismatches)-1].Settled = b.settle(ctx, t)
+			recharge, err := b.pendingRecharge(ctx, t.OutTradeNo)
+			if err != nil {
+				return err
+			}
+			if recharge {
+				rep.add("reconcile_missing_recharge", b.channel, t.TradeNo, t.OutTradeNo, t.Amount, 0, "the channel was paid for this recharge; oncepay never credited it")
+			} else {
+				rep.add("reconcile_missing_payment", b.channel, t.TradeNo, t.OutTradeNo, t.Amount, 0, "the channel was paid; oncepay has no payment or anomaly for this trade")
+			}
+			rep.Mismatches[len(rep.Mismatches)-1].Settled = b.settle(ctx, t, recharge)
 		case amount != t.Amount:
 			rep.add("reconcile_payment_amount", b.channel, t.TradeNo, t.OutTradeNo, t.Amount, amount, "the amounts differ")
 		default:
@@ -150,9 +161,26 @@ func (b *Bills) compareTrades(ctx context.Context, billed []channel.Trade, from,
 	return nil
 }
 
-// settle applies the billed payment t that oncepay never heard of and says what it did.
-func (b *Bills) settle(ctx context.Context, t channel.Trade) string {
-	applied, err := b.trades.SettlePaid(ctx, t)
+// pendingRecharge reports whether outTradeNo is a recharge of oncepay's still PENDING: its
+// billed trade is credited as a recharge report, not applied as a payment.
+func (b *Bills) pendingRecharge(ctx context.Context, outTradeNo string) (bool, error) {
+	id, ok := ids.Parse(outTradeNo)
+	if !ok {
+		return false, nil
+	}
+	var n int64
+	err := b.db.WithContext(ctx).Table("recharges").Where("id = ? AND status = ?", id, account.RechargePending).Count(&n).Error
+	return n > 0, err
+}
+
+// settle applies the billed trade t that oncepay never heard of — as a payment, or as the
+// credit of recharge — and says what it did.
+func (b *Bills) settle(ctx context.Context, t channel.Trade, recharge bool) string {
+	settle := b.trades.SettlePaid
+	if recharge {
+		settle = b.trades.SettleRecharge
+	}
+	applied, err := settle(ctx, t)
 	switch {
 	case err != nil:
 		slog.WarnContext(ctx, "reconcile-bills: a billed payment could not be applied; the next run tries again", "trade_no", t.TradeNo, "err", err)

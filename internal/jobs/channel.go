@@ -21,13 +21,17 @@ type Channel struct {
 	Bills *Bills
 }
 
-// ReconcilePayments asks the channel about every PENDING_PAYMENT order that has a trade and
-// applies a SUCCESS through the notification's own path and key (I9); it returns how many
-// orders it moved to PAID.
+// ReconcilePayments asks the channel about every PENDING_PAYMENT order that has a trade, and
+// about the PENDING recharges of the last day, and applies a SUCCESS through the report's own
+// path and key (I9); it returns how many orders it paid and recharges it credited.
 func ReconcilePayments(trades *payment.Trades) func(ctx context.Context) (int64, error) {
 	return func(ctx context.Context) (int64, error) {
-		_, applied, err := trades.Reconcile(ctx)
-		return applied, err
+		_, paid, err := trades.Reconcile(ctx)
+		if err != nil {
+			return paid, err
+		}
+		_, credited, err := trades.ReconcileRecharges(ctx)
+		return paid + credited, err
 	}
 }
 
@@ -43,7 +47,13 @@ func (h *Handler) reconcilePayments(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, err)
 		return
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]int64{"checked": checked, "applied": applied})
+	rchecked, rapplied, err := h.channel.Trades.ReconcileRecharges(r.Context())
+	if err != nil {
+		web.WriteError(w, r, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]int64{"checked": checked, "applied": applied,
+		"recharges_checked": rchecked, "recharges_applied": rapplied})
 }
 
 func (h *Handler) resumeRefunds(w http.ResponseWriter, r *http.Request) {
