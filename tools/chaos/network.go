@@ -79,7 +79,7 @@ func (r route) each(fault func(*netfault.Proxy) (netfault.Heal, error)) (netfaul
 // route puts a proxy between instance n and upstream (host:port) for service, and returns
 // the address the instance dials instead.
 func (w *world) route(n int, service, upstream string) (string, error) {
-	p, err := w.network().Proxy(fmt.Sprintf("oncepay-%d-%s", n, service), upstream)
+	p, err := w.network().Proxy(fmt.Sprintf("oncepay-%d-%s-%s", n, service, upstream), upstream)
 	if err != nil {
 		return "", err
 	}
