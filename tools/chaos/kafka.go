@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -105,18 +104,4 @@ func (w *world) stopKafka() {
 		}
 	}
 	s.kill()
-}
-
-// killKafka is the kill_kafka fault: kill -9 the broker mid-traffic, leave it down 1–3 s, then
-// start it again on the same port and data directory. Meanwhile the outbox relays' publishes
-// and the workload's Kafka copies of notifications fail and are retried, and the consumer
-// group loses its coordinator; once the broker is back, its members join again and resume from
-// the offsets they had committed. The healing records how long the broker took to be ready.
-func (f *faulter) killKafka(ctx, heal context.Context) {
-	f.w.broker.kill()
-	f.record(faultKillKafka, "kill -9 kafka", nil)
-	sleepCtx(ctx, time.Duration(1000+mrand.IntN(2000))*time.Millisecond)
-	start := time.Now()
-	err := f.w.broker.start(heal)
-	f.record(faultKillKafka+"_healed", fmt.Sprintf("kafka restarted on its data directory, ready in %s", time.Since(start).Round(time.Millisecond)), err)
 }
