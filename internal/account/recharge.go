@@ -100,7 +100,14 @@ func (s *Recharges) Create(ctx context.Context, tx *gorm.DB, userID, amount int6
 	if amount < 1 || amount > MaxAmount {
 		return Recharge{}, ErrInvalidAmount
 	}
-	now := clock.Now().Truncate(time.Microsecond)
+	// The database's clock, which reconcile-payments compares created_at with when it picks
+	// the pending recharges to ask the channel about (payment.Trades.ReconcileRecharges): a
+	// recharge stamped ten minutes ahead by a skewed instance was skipped for ten minutes.
+	now, err := database.Now(ctx, tx)
+	if err != nil {
+		return Recharge{}, err
+	}
+	now = now.Truncate(time.Microsecond)
 	rc := Recharge{ID: s.ids.Next(), UserID: userID, Amount: amount, Status: RechargePending, CreatedAt: now, UpdatedAt: now}
 	if err := tx.WithContext(ctx).Create(&rc).Error; err != nil {
 		return Recharge{}, err
