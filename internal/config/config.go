@@ -505,7 +505,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("lab", c.Lab),
 		slog.String("chaos_payment_delay", c.ChaosPaymentDelay.String()),
 		slog.String("chaos_clock_offset", c.ChaosClockOffset.String()),
-		slog.Int("chaos_redis_routes", len(c.ChaosRedisRoutes)),
+		slog.Any("chaos_redis_routes", c.ChaosRedisRoutes),
 		slog.String("idempotency_token_ttl", c.IdempotencyTokenTTL.String()),
 		slog.String("close_job_interval", c.CloseJobInterval.String()),
 		slog.String("purge_job_interval", c.PurgeJobInterval.String()),
