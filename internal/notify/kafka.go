@@ -60,10 +60,19 @@ type MessageWriter interface {
 // only after its transaction committed, it was found a duplicate, or its dead letter was
 // written; until then it is retried in place, with backoff, so that no message is skipped,
 // and stopping leaves it for redelivery.
+//
+// The consumer is a member of Group. Each partition it is assigned is read and handled in
+// offset order by a goroutine of the generation that assigned it, and its offsets are
+// committed through that generation only: when a rebalance ends the generation, the message
+// in hand is abandoned uncommitted (the partition's next owner redelivers it, and the guard
+// answers it as a duplicate if it had been applied), and a commit that arrives after the
+// partition was handed over is refused by the coordinator. A commit sent with whatever
+// generation is current instead, as kafka-go's group Reader does, could land after the new
+// owner's and move the group's offset back behind messages already handled, where it stays on
+// a partition that has gone quiet (TestConsumerCommitsOnlyInItsGeneration).
 type Consumer struct {
 	port    *Port
 	cluster *kafkax.Cluster
-	reader  *kafka.Reader
 	dlq     MessageWriter
 	joined  atomic.Bool
 }
@@ -80,41 +89,72 @@ func (c *Consumer) WithDeadLetterWriter(w MessageWriter) *Consumer {
 	return c
 }
 
-// Ready reports whether the consumer has joined its group (or fetched a message).
+// Ready reports whether the consumer has joined its group once.
 func (c *Consumer) Ready() bool { return c.joined.Load() }
 
-// Run consumes until ctx ends, then closes the reader, leaving uncommitted messages for the
-// next member of the group.
+// Run consumes until ctx ends, then leaves the group, leaving uncommitted messages for the
+// next member. A generation that cannot be joined (the coordinator unreachable, say) is logged
+// and tried again, after kafka-go's JoinGroupBackoff, until ctx ends; Run returns an error only
+// when the group cannot be configured.
 func (c *Consumer) Run(ctx context.Context) error {
-	c.reader = c.cluster.Reader(Group, kafkax.TopicPaymentNotifications)
-	defer c.reader.Close()
+	group, err := c.cluster.Group(Group, kafkax.TopicPaymentNotifications)
+	if err != nil {
+		return err
+	}
+	defer group.Close()
 	if c.dlq == nil {
 		w := c.cluster.Writer()
 		defer w.Close()
 		c.dlq = w
 	}
-	go c.watchJoin(ctx)
 	for {
-		m, err := c.fetch(ctx)
-		if err != nil {
+		gen, err := group.Next(ctx)
+		switch {
+		case ctx.Err() != nil:
 			return nil // stopping
+		case err != nil:
+			slog.WarnContext(ctx, "report consumer: join", "err", err)
+			continue
 		}
 		c.joined.Store(true)
-		if !c.handle(ctx, m) {
-			return nil // stopping: the message stays uncommitted and will be redelivered
-		}
-		if err := c.reader.CommitMessages(context.WithoutCancel(ctx), m); err != nil {
-			slog.WarnContext(ctx, "report consumer: commit", "offset", m.Offset, "err", err)
+		parts := gen.Assignments[kafkax.TopicPaymentNotifications]
+		slog.InfoContext(ctx, "report consumer: joined", "generation", gen.ID, "member", gen.MemberID, "partitions", len(parts))
+		for _, p := range parts {
+			gen.Start(func(gctx context.Context) { c.consume(gctx, gen, p) })
 		}
 	}
 }
 
-// fetch returns the next message. A failed fetch (the group's coordinator unreachable, say) is
-// logged and tried again every fetchPause until it succeeds; fetch returns an error only when
-// ctx ends.
-func (c *Consumer) fetch(ctx context.Context) (kafka.Message, error) {
+// consume reads partition p from the offset gen assigned it at, handles each message and
+// commits it through gen, until gen ends. It returns only then: kafka-go ends a generation
+// as soon as one of its goroutines returns.
+func (c *Consumer) consume(ctx context.Context, gen *kafka.Generation, p kafka.PartitionAssignment) {
+	r := c.cluster.PartitionReader(kafkax.TopicPaymentNotifications, p.ID)
+	defer r.Close()
+	if err := r.SetOffset(p.Offset); err != nil {
+		slog.ErrorContext(ctx, "report consumer: set offset", "partition", p.ID, "offset", p.Offset, "err", err)
+		<-ctx.Done()
+		return
+	}
+	for {
+		m, err := c.fetch(ctx, r)
+		if err != nil {
+			return // the generation ended
+		}
+		if !c.handle(ctx, m) {
+			return // the generation ended: the message stays uncommitted and will be redelivered
+		}
+		if !c.commit(ctx, gen, m) {
+			return
+		}
+	}
+}
+
+// fetch returns the next message of r. A failed fetch is logged and tried again every
+// fetchPause until it succeeds; fetch returns an error only when ctx ends.
+func (c *Consumer) fetch(ctx context.Context, r *kafka.Reader) (kafka.Message, error) {
 	return retry.DoValue(ctx, retry.NewConstant(fetchPause), func(ctx context.Context) (kafka.Message, error) {
-		m, err := c.reader.FetchMessage(ctx)
+		m, err := r.FetchMessage(ctx)
 		if err != nil && ctx.Err() == nil {
 			slog.WarnContext(ctx, "report consumer: fetch", "err", err)
 			return m, retry.RetryableError(err)
@@ -123,21 +163,23 @@ func (c *Consumer) fetch(ctx context.Context) (kafka.Message, error) {
 	})
 }
 
-// watchJoin marks the consumer ready once the reader has joined its group: kafka-go counts a
-// joined generation as a rebalance in its stats.
-func (c *Consumer) watchJoin(ctx context.Context) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for !c.joined.Load() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if c.reader.Stats().Rebalances > 0 {
-				c.joined.Store(true)
-			}
+// commit commits the offset after m through gen, again and again with backoff until the
+// coordinator takes it, so that a commit cut off (the broker restarting, a network cut) does
+// not leave the group behind on a partition that goes quiet. It reports false when ctx ends
+// first: the generation is over, and its commits would be refused anyway.
+func (c *Consumer) commit(ctx context.Context, gen *kafka.Generation, m kafka.Message) bool {
+	offsets := map[string]map[int]int64{m.Topic: {m.Partition: m.Offset + 1}}
+	attempt := 0
+	err := retry.Do(ctx, backoff(), func(ctx context.Context) error {
+		if err := gen.CommitOffsets(offsets); err != nil {
+			slog.WarnContext(ctx, "report consumer: commit", "partition", m.Partition, "offset", m.Offset,
+				"generation", gen.ID, "attempt", attempt, "err", err)
+			attempt++
+			return retry.RetryableError(err)
 		}
-	}
+		return nil
+	})
+	return err == nil
 }
 
 // handle processes m until it is done (applied, a duplicate, or dead-lettered) and reports

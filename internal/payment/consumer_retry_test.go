@@ -73,10 +73,9 @@ func TestConsumerRetriesInPlace(t *testing.T) {
 	}
 }
 
-// TestConsumerRetriesFetch: a consumer that cannot reach its broker does not stop. Its fetch
-// fails (the group's coordinator is unreachable) and is tried again every second; once the
-// broker is reachable, the consumer joins its group and applies the notification waiting for
-// it.
+// TestConsumerRetriesFetch: a consumer that cannot reach its broker does not stop. Joining its
+// group fails (the coordinator is unreachable) and is tried again; once the broker is
+// reachable, the consumer joins and applies the notification waiting for it.
 func TestConsumerRetriesFetch(t *testing.T) {
 	s := apptest.StartHTTPOnly(t)
 	logs := captureLogs(t)
@@ -100,7 +99,7 @@ func TestConsumerRetriesFetch(t *testing.T) {
 	})
 
 	stopped := false
-	apptest.Eventually(t, 30*time.Second, "two failed fetches logged", func() (bool, string) {
+	apptest.Eventually(t, 30*time.Second, "two failed joins logged", func() (bool, string) {
 		select {
 		case err := <-done:
 			done <- err
@@ -108,11 +107,11 @@ func TestConsumerRetriesFetch(t *testing.T) {
 			return true, ""
 		default:
 		}
-		n := logs.count("report consumer: fetch")
-		return n >= 2, fmt.Sprintf("%d failed fetches logged", n)
+		n := logs.count("report consumer: join")
+		return n >= 2, fmt.Sprintf("%d failed joins logged", n)
 	})
 	if stopped {
-		t.Fatalf("the consumer stopped after %d failed fetches, while its context was still live", logs.count("report consumer: fetch"))
+		t.Fatalf("the consumer stopped after %d failed joins, while its context was still live", logs.count("report consumer: join"))
 	}
 	gate.open()
 	s.WaitConsumed(t)

@@ -43,7 +43,7 @@ const HeaderRequestID = "X-Request-Id"
 // keys to other partitions.
 const Partitions = 6
 
-// The consumer group timings of Reader. They decide how soon the partitions of a member that
+// The consumer group timings of Group and Reader. They decide how soon the partitions of a member that
 // died without leaving the group (a killed process, a cut network) go to the other members:
 // the coordinator declares it dead SessionTimeout after its last heartbeat, then rebalances,
 // and the survivors learn of the rebalance at their next heartbeat. The messages the dead
@@ -61,7 +61,8 @@ const (
 	HeartbeatInterval = time.Second
 	// RebalanceTimeout is how long the coordinator waits for every member to rejoin during a
 	// rebalance, so it is the most a member that dies during a rebalance delays the others. A
-	// live kafka-go member rejoins within a heartbeat, without waiting for the message in hand.
+	// live member of Group rejoins within a heartbeat: the end of its generation cancels the
+	// message in hand (internal/notify's Consumer), which the partition's next owner redelivers.
 	RebalanceTimeout = 6 * time.Second
 )
 
@@ -76,6 +77,11 @@ type Cluster struct {
 	// own Dial and cut one instance off the brokers with it, as a crash or a partition would:
 	// its connections drop and its LeaveGroup never arrives.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// ClientID, when set, names this client to the brokers: it shows in their logs and begins
+	// the member id the group coordinator gives a consumer. The range assignor hands out
+	// partitions in member-id order, so tests that need to know which member gets which
+	// partitions name their members.
+	ClientID string
 }
 
 // EmbeddedOptions configures the in-process broker.
@@ -223,14 +229,13 @@ func (c *Cluster) Writer() *kafka.Writer {
 
 // Reader returns a consumer-group reader that starts from the earliest offset when the group
 // has no committed offset, commits only when the caller says so, and notices a dead member
-// within the group timings above.
+// within the group timings above. Its commits are not tied to the generation that fetched the
+// message (kafka-go's Reader sends them with its current one), so a message handled across a
+// rebalance can move the group's offset back: oncepay's consumer uses Group instead, and
+// tests read with this.
 func (c *Cluster) Reader(group, topic string) *kafka.Reader {
-	var dialer *kafka.Dialer
-	if c.Dial != nil {
-		dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: c.Dial}
-	}
 	return kafka.NewReader(kafka.ReaderConfig{
-		Dialer:            dialer,
+		Dialer:            c.dialer(),
 		Brokers:           c.Brokers,
 		GroupID:           group,
 		Topic:             topic,
@@ -243,6 +248,48 @@ func (c *Cluster) Reader(group, topic string) *kafka.Reader {
 		SessionTimeout:    SessionTimeout,
 		RebalanceTimeout:  RebalanceTimeout,
 		JoinGroupBackoff:  500 * time.Millisecond,
+	})
+}
+
+// dialer is the dialer of c's consumers: nil (kafka-go's default) unless c has a Dial or a
+// ClientID.
+func (c *Cluster) dialer() *kafka.Dialer {
+	if c.Dial == nil && c.ClientID == "" {
+		return nil
+	}
+	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: c.Dial, ClientID: c.ClientID}
+}
+
+// Group returns a member of consumer group id on topic, with the group timings above, that
+// starts from the earliest offset on a partition the group has not committed. Each of its
+// generations (ConsumerGroup.Next) assigns partitions until the next rebalance, and commits
+// through it carry its generation id, so that the coordinator refuses the commit of a member
+// whose partitions were handed to another (ILLEGAL_GENERATION).
+func (c *Cluster) Group(id, topic string) (*kafka.ConsumerGroup, error) {
+	return kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                id,
+		Brokers:           c.Brokers,
+		Dialer:            c.dialer(),
+		Topics:            []string{topic},
+		StartOffset:       kafka.FirstOffset,
+		HeartbeatInterval: HeartbeatInterval,
+		SessionTimeout:    SessionTimeout,
+		RebalanceTimeout:  RebalanceTimeout,
+		JoinGroupBackoff:  500 * time.Millisecond,
+	})
+}
+
+// PartitionReader returns a reader of one partition of topic, outside any group: a member of a
+// Group reads each partition it is assigned with one, from the offset the generation gives.
+func (c *Cluster) PartitionReader(topic string, partition int) *kafka.Reader {
+	return kafka.NewReader(kafka.ReaderConfig{
+		Dialer:    c.dialer(),
+		Brokers:   c.Brokers,
+		Topic:     topic,
+		Partition: partition,
+		MinBytes:  1,
+		MaxBytes:  10 << 20,
+		MaxWait:   250 * time.Millisecond,
 	})
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,32 +94,39 @@ func (s *Server) offsets(ctx context.Context, topic string) (map[int][2]int64, e
 // duplicate, or dead-lettered.
 func (s *Server) WaitConsumed(tb testing.TB) {
 	tb.Helper()
-	ctx := context.Background()
-	topic := kafkax.TopicPaymentNotifications
 	Eventually(tb, 30*time.Second, "payment consumer caught up", func() (bool, string) {
-		ends, err := s.offsets(ctx, topic)
+		behind, err := s.Behind(context.Background())
 		if err != nil {
 			return false, err.Error()
 		}
-		var ps []int
-		for p := range ends {
-			ps = append(ps, p)
-		}
-		res, err := s.kafkaClient().OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: notify.Group, Topics: map[string][]int{topic: ps}})
-		if err != nil {
-			return false, err.Error()
-		}
-		committed := map[int]int64{}
-		for _, p := range res.Topics[topic] {
-			committed[p.Partition] = p.CommittedOffset
-		}
-		for p, fe := range ends {
-			if fe[1] > fe[0] && committed[p] < fe[1] {
-				return false, fmt.Sprintf("partition %d: committed %d, end %d", p, committed[p], fe[1])
-			}
-		}
-		return true, ""
+		return behind == "", behind
 	})
+}
+
+// Behind says which partitions of payment.notifications the payment consumer's group has not
+// committed to their end ("partition 2: committed 4, end 7"), or "" when none.
+func (s *Server) Behind(ctx context.Context) (string, error) {
+	topic := kafkax.TopicPaymentNotifications
+	ends, err := s.offsets(ctx, topic)
+	if err != nil {
+		return "", err
+	}
+	ps := slices.Sorted(maps.Keys(ends))
+	res, err := s.kafkaClient().OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: notify.Group, Topics: map[string][]int{topic: ps}})
+	if err != nil {
+		return "", err
+	}
+	committed := map[int]int64{}
+	for _, p := range res.Topics[topic] {
+		committed[p.Partition] = p.CommittedOffset
+	}
+	var behind []string
+	for _, p := range ps {
+		if fe := ends[p]; fe[1] > fe[0] && committed[p] != fe[1] {
+			behind = append(behind, fmt.Sprintf("partition %d: committed %d, end %d", p, committed[p], fe[1]))
+		}
+	}
+	return strings.Join(behind, "; "), nil
 }
 
 // Messages returns every message on topic at the time of the call, partition by partition in
