@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -40,16 +41,7 @@ func TestConsumerRetriesInPlace(t *testing.T) {
 	firstTrade, secondTrade := "T-RETRY-"+first.OrderID, "T-RETRY-"+second.OrderID
 
 	flaky := &flakyPayments{next: realPayments(s), failing: firstTrade, fails: failures}
-	c := notify.NewConsumer(reportPort(s, flaky), s.Deps.Kafka)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("consumer: %v", err)
-		}
-	})
+	run(t, notify.NewConsumer(reportPort(s, flaky), s.Deps.Kafka))
 
 	// One key: both land on one partition, the failing one first.
 	w := s.Writer(t)
@@ -87,35 +79,100 @@ func TestConsumerRetriesFetch(t *testing.T) {
 
 	gate := &dialGate{closed: true}
 	cluster := &kafkax.Cluster{Brokers: s.Deps.Kafka.Brokers, Dial: gate.dial}
-	c := notify.NewConsumer(s.App.Reports, cluster)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("consumer: %v", err)
-		}
-	})
+	stopped := run(t, notify.NewConsumer(s.App.Reports, cluster))
 
-	stopped := false
 	apptest.Eventually(t, 30*time.Second, "two failed joins logged", func() (bool, string) {
-		select {
-		case err := <-done:
-			done <- err
-			stopped = true
+		if stopped() {
 			return true, ""
-		default:
 		}
 		n := logs.count("report consumer: join")
 		return n >= 2, fmt.Sprintf("%d failed joins logged", n)
 	})
-	if stopped {
+	if stopped() {
 		t.Fatalf("the consumer stopped after %d failed joins, while its context was still live", logs.count("report consumer: join"))
 	}
 	gate.open()
 	s.WaitConsumed(t)
 	wantAppliedOnce(t, s, o, tradeNo, before)
+}
+
+// TestConsumerCommitsOnlyInItsGeneration: a member that loses a partition in a rebalance
+// while it is retrying a message of it commits nothing for that partition afterwards. The
+// member that took the partition over applies the message and the copies behind it and
+// commits past them; a late commit of the old member's message would move the group's offset
+// back behind them, and the group would stay behind on a topic that has gone quiet (the chaos
+// run's kafka_consumed saw 13 messages so). The old member here cannot apply its message while
+// six newcomers join; it is first in member-id order ("a-stale"), and the range assignor gives
+// the first of seven members none of six partitions, so the message's partition goes to a
+// newcomer. Once the newcomers have committed everything, the old member may apply again: its
+// message must never be committed by it, and the group must stay at the partition's end.
+func TestConsumerCommitsOnlyInItsGeneration(t *testing.T) {
+	const copies = 5
+	s := apptest.StartHTTPOnly(t)
+	before := stockOf(t, s, basket)
+	o := s.CreateOrder(t, apptest.AliceKey, "stale-member", basket...)
+	tradeNo := "T-STALE-" + o.OrderID
+	value := apptest.JSON(apptest.Notification(o, "alipay", tradeNo))
+	w := s.Writer(t)
+
+	held := &flakyPayments{next: realPayments(s), failing: tradeNo, fails: math.MaxInt}
+	run(t, notify.NewConsumer(reportPort(s, held), &kafkax.Cluster{Brokers: s.Deps.Kafka.Brokers, ClientID: "a-stale"}))
+	publish(t, w, tradeNo, value, signature(s.Config.ChannelSecret, value))
+	apptest.Eventually(t, 30*time.Second, "the old member retrying the message", func() (bool, string) {
+		n := len(held.applied())
+		return n >= 2, fmt.Sprintf("%d attempts", n)
+	})
+
+	for i := range kafkax.Partitions {
+		run(t, notify.NewConsumer(s.App.Reports, &kafkax.Cluster{Brokers: s.Deps.Kafka.Brokers, ClientID: fmt.Sprintf("b-fresh-%d", i)}))
+	}
+	for range copies {
+		publish(t, w, tradeNo, value, signature(s.Config.ChannelSecret, value))
+	}
+	s.WaitConsumed(t)
+	wantAppliedOnce(t, s, o, tradeNo, before)
+
+	// The old member's backoff is at most 5 s; give it that and more to try again.
+	held.stopFailing()
+	ctx := context.Background()
+	for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		behind, err := s.Behind(ctx)
+		if err != nil {
+			t.Fatalf("read the group's offsets: %v", err)
+		}
+		if behind != "" {
+			t.Fatalf("the group went back behind the partition's end (%s), the old member released after %d attempts: "+
+				"a member committed a message of a partition it no longer owned", behind, len(held.applied()))
+		}
+	}
+	wantAppliedOnce(t, s, o, tradeNo, before)
+}
+
+// run runs c until the test ends. stopped reports whether its Run has returned before then.
+func run(t *testing.T, c *notify.Consumer) (stopped func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		err = c.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if err != nil {
+			t.Errorf("consumer: %v", err)
+		}
+	})
+	return func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // wantAppliedOnce fails the test unless order o is PAID by tradeNo with one payments row and
@@ -187,6 +244,13 @@ func (f *flakyPayments) Apply(ctx context.Context, tx *gorm.DB, r notify.Report)
 		return 0, errUnreachable
 	}
 	return f.next.Apply(ctx, tx, r)
+}
+
+// stopFailing makes every later attempt apply.
+func (f *flakyPayments) stopFailing() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails = 0
 }
 
 // applied returns the trade numbers of every attempt so far, in order.
