@@ -25,6 +25,7 @@ import (
 	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 )
 
 // Net is one embedded toxiproxy server: a set of proxies, each a listener on 127.0.0.1 that
@@ -34,10 +35,16 @@ type Net struct {
 }
 
 // New starts no listener of its own: the proxies are driven from Go, not over toxiproxy's
-// HTTP API.
+// HTTP API. It silences zerolog's global logger, which some of toxiproxy's toxics (bandwidth)
+// log through at trace level whatever logger the server was given: a chaos run's output had
+// a line for every interrupted bandwidth pipe.
 func New() *Net {
+	silence.Do(func() { log.Logger = zerolog.Nop() })
 	return &Net{srv: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())}
 }
+
+// silence sets zerolog's global logger once, before any toxic reads it.
+var silence sync.Once
 
 // Proxy is one route: connections to Addr reach upstream through toxiproxy.
 type Proxy struct {
