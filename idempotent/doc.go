@@ -73,8 +73,11 @@
 // answered ErrDatabaseBusy. A connection lost under a statement (ErrorConnectionLost: reset,
 // closed, timed out) is run again the same way — but one lost at the COMMIT is indefinite:
 // the commit may have applied with its answer lost. The guard reads the record on another
-// connection first (resolveCommit): found with this attempt's answer, the attempt executed.
-// Not found, the rerun is safe either way, for were the commit applied after all, the rerun's
-// record meets the committed one as a duplicate and replays it. TestCommitAnswerLost cuts a
-// real connection the moment its COMMIT went out (internal/testsupport/netfault).
+// connection first (resolveCommit): found with this attempt's id, the attempt executed. Not
+// found, the rerun is safe either way, for were the commit applied after all — the server may
+// still have been applying it when the record was read — the rerun's record meets the
+// committed one as a duplicate, which the guard knows by its id for this call's own: the call
+// is answered executed, with the answer that attempt recorded. TestCommitAnswerLost cuts a
+// real connection the moment its COMMIT went out, TestCommitLandsAfterItsAnswerWasLost lets
+// the COMMIT land after the client gave up (internal/testsupport/netfault).
 package idempotent

@@ -1,7 +1,6 @@
 package idempotent
 
 import (
-	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -116,7 +115,8 @@ const (
 	// the transaction back; during it the outcome is unknown (the COMMIT may have been
 	// applied, its answer lost). The guard asks the record which it was (resolveCommit) and
 	// runs the transaction again, within Config.RetryFor, when the record is not there: a
-	// commit that was in truth applied makes the rerun's record a duplicate, which replays.
+	// commit that was in truth applied makes the rerun's record a duplicate, which the guard
+	// knows by the record's id for the call's own commit and answers executed.
 	ErrorConnectionLost
 )
 
@@ -398,8 +398,9 @@ var errNotStored = errors.New("outcome not storable")
 func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, error) {
 	start := time.Now()
 	backoff := 10 * time.Millisecond
+	var lost lostCommit
 	for attempt := 1; ; attempt++ {
-		res, err := g.tryOnce(ctx, req, work)
+		res, err := g.tryOnce(ctx, req, work, &lost)
 		if err == nil {
 			return res, nil
 		}
@@ -439,10 +440,19 @@ var (
 	errRecordFailed  = errors.New("idempotent: the record's statement failed")
 )
 
+// lostCommit is an earlier attempt of one Do whose COMMIT lost its answer while its record
+// was not to be found yet: the server may still have been committing it. Its record's id
+// tells a later attempt that meets the record whether the commit was this call's own.
+type lostCommit struct {
+	id   int64    // the record's id; 0 when no COMMIT was lost
+	resp Response // the answer that attempt recorded
+}
+
 // tryOnce is the transaction that makes the write exactly-once: begin, the work — which
 // writes the finished dedup record where it calls record — and commit. With RecordFirst the
 // record is inserted PROCESSING before the work and completed where the work calls record.
-func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, error) {
+// lost carries an unresolved lost COMMIT of an earlier attempt of the same call (runOnce).
+func (g *Guard) tryOnce(ctx context.Context, req Request, work Work, lost *lostCommit) (Result, error) {
 	rec := g.newRecord(ctx, req)
 	var (
 		resp      Response
@@ -488,7 +498,7 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 		return nil
 	})
 	if err != nil && workDone && recordErr == nil && g.cfg.Classify(err) == ErrorConnectionLost {
-		return g.resolveCommit(ctx, req, resp, err)
+		return g.resolveCommit(ctx, req, rec.ID, resp, err, lost)
 	}
 	switch {
 	case err == nil:
@@ -496,27 +506,31 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work) (Result, er
 	case errors.Is(err, errNotStored):
 		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
 	case recordErr != nil:
-		return g.afterRecordFailed(ctx, req, recordErr)
+		return g.afterRecordFailed(ctx, req, recordErr, *lost)
 	}
 	return g.refused(ctx, req, err)
 }
 
 // resolveCommit answers an attempt whose COMMIT lost its answer with its connection (the
 // commit_answer_lost fault of docs/chaos.md): the transaction committed or it did not, and
-// only the record, read on another connection, can tell. Found with this attempt's answer,
+// only the record, read on another connection, can tell. Found with this attempt's id (id),
 // the commit was applied and the attempt executed; found otherwise, it is answered as the
 // record says. Not found (or the database still out of reach), the error goes back to
-// runOnce, which runs the transaction again: were the commit applied after all, the rerun's
-// record meets it as a duplicate and replays it. Never a second effect either way.
-func (g *Guard) resolveCommit(ctx context.Context, req Request, resp Response, err error) (Result, error) {
+// runOnce, which runs the transaction again, and the attempt is remembered in lost: the
+// server may still be committing it (it had the COMMIT, not yet applied, when the record was
+// read), and then the rerun's record meets it as a duplicate — afterRecordFailed knows it by
+// its id and answers executed with this attempt's answer. Never a second effect either way.
+func (g *Guard) resolveCommit(ctx context.Context, req Request, id int64, resp Response, err error, lost *lostCommit) (Result, error) {
 	g.metrics.indefinite.Inc()
-	res, found, ferr := g.fromRecord(context.WithoutCancel(ctx), req)
+	res, recID, found, ferr := g.fromRecordID(context.WithoutCancel(ctx), req)
 	switch {
 	case ferr != nil && !found:
+		*lost = lostCommit{id: id, resp: resp}
 		return Result{}, errors.Join(err, ferr)
 	case !found:
+		*lost = lostCommit{id: id, resp: resp}
 		return Result{}, err
-	case ferr == nil && res.Outcome == Replayed && res.Response.Status == resp.Status && bytes.Equal(res.Response.Body, resp.Body):
+	case recID == id:
 		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
 	}
 	return res, ferr
@@ -539,13 +553,17 @@ func (g *Guard) refused(ctx context.Context, req Request, err error) (Result, er
 }
 
 // afterRecordFailed answers an attempt whose dedup record could not be written: another
-// attempt holds or committed the key (I3, I10: the stale writer's whole transaction is gone).
-func (g *Guard) afterRecordFailed(ctx context.Context, req Request, err error) (Result, error) {
+// attempt holds or committed the key (I3, I10: the stale writer's whole transaction is gone),
+// or an earlier attempt of this same call did, whose COMMIT lost its answer (lost).
+func (g *Guard) afterRecordFailed(ctx context.Context, req Request, err error, lost lostCommit) (Result, error) {
 	switch g.cfg.Classify(err) {
 	case ErrorDuplicateKey:
-		res, found, ferr := g.fromRecord(context.WithoutCancel(ctx), req)
-		if !found && ferr == nil {
+		res, recID, found, ferr := g.fromRecordID(context.WithoutCancel(ctx), req)
+		switch {
+		case !found && ferr == nil:
 			return Result{Outcome: InProgress, Layer: LayerDedup}, ErrKeyInUse
+		case found && lost.id != 0 && recID == lost.id:
+			return Result{Response: lost.resp, Outcome: Executed, Layer: LayerWork}, nil
 		}
 		return res, ferr
 	case ErrorLockWait:
@@ -576,23 +594,30 @@ func (g *Guard) storeRejection(ctx context.Context, req Request, resp Response, 
 	rec := g.newRecord(ctx, req)
 	rec.finish(resp, g.cfg.Now())
 	if err := g.insertRecord(ctx, g.db, rec); err != nil {
-		return g.afterRecordFailed(ctx, req, err)
+		return g.afterRecordFailed(ctx, req, err, lostCommit{})
 	}
 	return Result{Response: resp, Outcome: Executed, Layer: LayerWork, Rejection: cause}, nil
 }
 
 // fromRecord answers from the committed record of req.Key, if there is one.
 func (g *Guard) fromRecord(ctx context.Context, req Request) (Result, bool, error) {
+	res, _, found, err := g.fromRecordID(ctx, req)
+	return res, found, err
+}
+
+// fromRecordID is fromRecord that also returns the id of the record it read (0 when none):
+// the id of an attempt's own record tells its commit from another's.
+func (g *Guard) fromRecordID(ctx context.Context, req Request) (Result, int64, bool, error) {
 	rec, found, err := loadRecord(ctx, g.db, req.Key)
 	switch {
 	case err != nil || !found:
-		return Result{}, false, err
+		return Result{}, 0, false, err
 	case rec.Fingerprint != req.Fingerprint:
-		return Result{Outcome: Mismatch, Layer: LayerDedup}, true, ErrKeyReused
+		return Result{Outcome: Mismatch, Layer: LayerDedup}, rec.ID, true, ErrKeyReused
 	case rec.Status != StatusCompleted:
-		return Result{Outcome: InProgress, Layer: LayerDedup}, true, ErrKeyInUse
+		return Result{Outcome: InProgress, Layer: LayerDedup}, rec.ID, true, ErrKeyInUse
 	}
-	return Result{Response: rec.response(), Outcome: Replayed, Layer: LayerDedup}, true, nil
+	return Result{Response: rec.response(), Outcome: Replayed, Layer: LayerDedup}, rec.ID, true, nil
 }
 
 // observe counts the outcome and writes the one log line per attempt that lets a person

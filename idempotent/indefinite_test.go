@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,12 +20,15 @@ import (
 )
 
 // throughProxy opens db's database again through a toxiproxy proxy of its own, and returns
-// the proxy with the new handle.
-func throughProxy(t *testing.T, db *gorm.DB) (*netfault.Proxy, *gorm.DB) {
+// the proxy with the new handle. Each option adjusts the new handle's driver settings.
+func throughProxy(t *testing.T, db *gorm.DB, options ...func(*gomysql.Config)) (*netfault.Proxy, *gorm.DB) {
 	t.Helper()
 	cfg, err := gomysql.ParseDSN(db.Dialector.(*mysql.Dialector).DSN)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range options {
+		o(cfg)
 	}
 	n := netfault.New()
 	t.Cleanup(n.Close)
@@ -89,6 +93,40 @@ func TestCommitAnswerLost(t *testing.T) {
 	}
 	if n := countEffects(t, e.db, key.BizKey); n != 1 {
 		t.Fatalf("%d side effects after the copy, want 1", n)
+	}
+}
+
+// TestCommitLandsAfterItsAnswerWasLost: the client gives up on its COMMIT (its read timeout,
+// 150 ms) while the COMMIT is still on its way (the proxy holds it back 400 ms, then cuts the
+// connection). Asked at once, the record is not there yet, so the guard runs the transaction
+// again; the rerun's record waits on the first transaction's lock until the COMMIT lands, then
+// meets it as a duplicate. That record is this call's own (its id), and the guard answers the
+// call executed with one effect — not replayed, which a CI run once answered when the record
+// was read before the server had applied the COMMIT, and never a second effect.
+func TestCommitLandsAfterItsAnswerWasLost(t *testing.T) {
+	idemtest.RequireMySQL(t)
+	e := newEnvOn(t, idemtest.MySQL)
+	p, via := throughProxy(t, e.db, func(c *gomysql.Config) { c.ReadTimeout = 150 * time.Millisecond })
+	g := idempotent.New(via, e.rdb, idempotent.Config{Classify: mysqlerr.Classify, Registerer: prometheus.NewRegistry()})
+	key := testKey(t, "u1", "k1")
+	var cuts atomic.Int32
+	heal, err := p.CommitLate(1, 400*time.Millisecond, func() { cuts.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer heal()
+	res, err := g.Do(context.Background(), request(key, "a"), effectWork(key.BizKey, 0, http.StatusCreated))
+	if cuts.Load() != 1 {
+		t.Fatalf("the proxy held back %d COMMITs, want 1", cuts.Load())
+	}
+	if err != nil || res.Outcome != idempotent.Executed || res.Response.Status != http.StatusCreated {
+		t.Fatalf("Do after a COMMIT that landed late = %+v, %v; want executed 201", res, err)
+	}
+	if n := countEffects(t, e.db, key.BizKey); n != 1 {
+		t.Fatalf("%d side effects, want 1", n)
+	}
+	if n := countRecords(t, e.db, key); n != 1 {
+		t.Fatalf("%d records, want 1", n)
 	}
 }
 

@@ -141,8 +141,20 @@ func (p *Proxy) Bandwidth(kbps int64) (Heal, error) {
 // connection and cannot tell whether its transaction committed. onCut, if not nil, is called
 // for each cut. The fault heals by itself after n cuts; Heal disarms it sooner.
 func (p *Proxy) CutAfterCommit(n int, onCut func()) (Heal, error) {
+	return p.cutCommit(n, 0, onCut)
+}
+
+// CommitLate is CutAfterCommit with the next n COMMITs held back for delay before they go out
+// to the server, then the connection cut. A client whose read timeout is shorter than delay
+// gives up on its COMMIT while the server has not yet received it, and the commit lands later:
+// the window in which a client that asks "did it commit?" at once hears "no".
+func (p *Proxy) CommitLate(n int, delay time.Duration, onCut func()) (Heal, error) {
+	return p.cutCommit(n, delay, onCut)
+}
+
+func (p *Proxy) cutCommit(n int, delay time.Duration, onCut func()) (Heal, error) {
 	id := fmt.Sprintf("%s-%d", p.name, p.seq.Add(1))
-	b := &commitBudget{onCut: onCut}
+	b := &commitBudget{onCut: onCut, delay: delay}
 	b.left.Store(int64(n))
 	commitBudgets.Store(id, b)
 	heal, err := p.add(commitCutType, 1, map[string]string{"budget": id}, stream.Upstream)
@@ -163,6 +175,7 @@ var commitBudgets sync.Map // id → *commitBudget
 type commitBudget struct {
 	left  atomic.Int64
 	onCut func()
+	delay time.Duration // how long a COMMIT is held back before it goes out (CommitLate)
 }
 
 // take spends one cut; it reports false when none is left.
@@ -181,9 +194,10 @@ type commitCut struct {
 	Budget string `json:"budget"`
 }
 
-// Pipe forwards every chunk; after a chunk that is a COMMIT it closes the link, which closes
-// the proxy's connection to the server at once and then the client's — before the server's
-// answer (which waits for the commit's redo log flush) is read.
+// Pipe forwards every chunk; after a chunk that is a COMMIT (held back for the budget's delay
+// first) it closes the link, which closes the proxy's connection to the server at once and
+// then the client's — before the server's answer (which waits for the commit's redo log
+// flush) is read.
 func (t *commitCut) Pipe(stub *toxics.ToxicStub) {
 	for {
 		select {
@@ -194,13 +208,19 @@ func (t *commitCut) Pipe(stub *toxics.ToxicStub) {
 				stub.Close()
 				return
 			}
-			stub.Output <- c
-			if isCommit(c.Data) {
-				if b, ok := commitBudgets.Load(t.Budget); ok && b.(*commitBudget).take() {
-					stub.Close()
-					return
-				}
+			if !isCommit(c.Data) {
+				stub.Output <- c
+				continue
 			}
+			b, ok := commitBudgets.Load(t.Budget)
+			if !ok || !b.(*commitBudget).take() {
+				stub.Output <- c
+				continue
+			}
+			time.Sleep(b.(*commitBudget).delay)
+			stub.Output <- c
+			stub.Close()
+			return
 		}
 	}
 }
