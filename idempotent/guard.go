@@ -398,7 +398,7 @@ var errNotStored = errors.New("outcome not storable")
 func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, error) {
 	start := time.Now()
 	backoff := 10 * time.Millisecond
-	var lost lostCommit
+	var lost lostCommits
 	for attempt := 1; ; attempt++ {
 		res, err := g.tryOnce(ctx, req, work, &lost)
 		if err == nil {
@@ -444,15 +444,28 @@ var (
 // was not to be found yet: the server may still have been committing it. Its record's id
 // tells a later attempt that meets the record whether the commit was this call's own.
 type lostCommit struct {
-	id   int64    // the record's id; 0 when no COMMIT was lost
+	id   int64    // the record's id
 	resp Response // the answer that attempt recorded
+}
+
+// lostCommits are the lost COMMITs of one Do, in the order they were lost.
+type lostCommits []lostCommit
+
+// answer is the answer of the lost commit whose record has id, if it is one of them.
+func (l lostCommits) answer(id int64) (Response, bool) {
+	for _, c := range l {
+		if c.id == id {
+			return c.resp, true
+		}
+	}
+	return Response{}, false
 }
 
 // tryOnce is the transaction that makes the write exactly-once: begin, the work — which
 // writes the finished dedup record where it calls record — and commit. With RecordFirst the
 // record is inserted PROCESSING before the work and completed where the work calls record.
 // lost carries an unresolved lost COMMIT of an earlier attempt of the same call (runOnce).
-func (g *Guard) tryOnce(ctx context.Context, req Request, work Work, lost *lostCommit) (Result, error) {
+func (g *Guard) tryOnce(ctx context.Context, req Request, work Work, lost *lostCommits) (Result, error) {
 	rec := g.newRecord(ctx, req)
 	var (
 		resp      Response
@@ -520,15 +533,15 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work, lost *lostC
 // server may still be committing it (it had the COMMIT, not yet applied, when the record was
 // read), and then the rerun's record meets it as a duplicate — afterRecordFailed knows it by
 // its id and answers executed with this attempt's answer. Never a second effect either way.
-func (g *Guard) resolveCommit(ctx context.Context, req Request, id int64, resp Response, err error, lost *lostCommit) (Result, error) {
+func (g *Guard) resolveCommit(ctx context.Context, req Request, id int64, resp Response, err error, lost *lostCommits) (Result, error) {
 	g.metrics.indefinite.Inc()
 	res, recID, found, ferr := g.fromRecordID(context.WithoutCancel(ctx), req)
 	switch {
 	case ferr != nil && !found:
-		*lost = lostCommit{id: id, resp: resp}
+		*lost = append(*lost, lostCommit{id: id, resp: resp})
 		return Result{}, errors.Join(err, ferr)
 	case !found:
-		*lost = lostCommit{id: id, resp: resp}
+		*lost = append(*lost, lostCommit{id: id, resp: resp})
 		return Result{}, err
 	case recID == id:
 		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
@@ -555,15 +568,15 @@ func (g *Guard) refused(ctx context.Context, req Request, err error) (Result, er
 // afterRecordFailed answers an attempt whose dedup record could not be written: another
 // attempt holds or committed the key (I3, I10: the stale writer's whole transaction is gone),
 // or an earlier attempt of this same call did, whose COMMIT lost its answer (lost).
-func (g *Guard) afterRecordFailed(ctx context.Context, req Request, err error, lost lostCommit) (Result, error) {
+func (g *Guard) afterRecordFailed(ctx context.Context, req Request, err error, lost lostCommits) (Result, error) {
 	switch g.cfg.Classify(err) {
 	case ErrorDuplicateKey:
 		res, recID, found, ferr := g.fromRecordID(context.WithoutCancel(ctx), req)
-		switch {
-		case !found && ferr == nil:
+		if !found && ferr == nil {
 			return Result{Outcome: InProgress, Layer: LayerDedup}, ErrKeyInUse
-		case found && lost.id != 0 && recID == lost.id:
-			return Result{Response: lost.resp, Outcome: Executed, Layer: LayerWork}, nil
+		}
+		if resp, own := lost.answer(recID); found && own {
+			return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
 		}
 		return res, ferr
 	case ErrorLockWait:
@@ -594,7 +607,7 @@ func (g *Guard) storeRejection(ctx context.Context, req Request, resp Response, 
 	rec := g.newRecord(ctx, req)
 	rec.finish(resp, g.cfg.Now())
 	if err := g.insertRecord(ctx, g.db, rec); err != nil {
-		return g.afterRecordFailed(ctx, req, err, lostCommit{})
+		return g.afterRecordFailed(ctx, req, err, nil)
 	}
 	return Result{Response: resp, Outcome: Executed, Layer: LayerWork, Rejection: cause}, nil
 }
