@@ -464,7 +464,7 @@ func (l lostCommits) answer(id int64) (Response, bool) {
 // tryOnce is the transaction that makes the write exactly-once: begin, the work — which
 // writes the finished dedup record where it calls record — and commit. With RecordFirst the
 // record is inserted PROCESSING before the work and completed where the work calls record.
-// lost carries an unresolved lost COMMIT of an earlier attempt of the same call (runOnce).
+// lost holds the lost COMMITs of the call's earlier attempts that were not resolved (runOnce).
 func (g *Guard) tryOnce(ctx context.Context, req Request, work Work, lost *lostCommits) (Result, error) {
 	rec := g.newRecord(ctx, req)
 	var (
@@ -536,14 +536,14 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work, lost *lostC
 func (g *Guard) resolveCommit(ctx context.Context, req Request, id int64, resp Response, err error, lost *lostCommits) (Result, error) {
 	g.metrics.indefinite.Inc()
 	res, recID, found, ferr := g.fromRecordID(context.WithoutCancel(ctx), req)
-	switch {
-	case ferr != nil && !found:
+	if !found {
 		*lost = append(*lost, lostCommit{id: id, resp: resp})
-		return Result{}, errors.Join(err, ferr)
-	case !found:
-		*lost = append(*lost, lostCommit{id: id, resp: resp})
+		if ferr != nil {
+			return Result{}, errors.Join(err, ferr)
+		}
 		return Result{}, err
-	case recID == id:
+	}
+	if recID == id {
 		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
 	}
 	return res, ferr
