@@ -43,13 +43,13 @@ const HeaderRequestID = "X-Request-Id"
 // keys to other partitions.
 const Partitions = 6
 
-// The consumer group timings of Group and Reader. They decide how soon the partitions of a member that
-// died without leaving the group (a killed process, a cut network) go to the other members:
-// the coordinator declares it dead SessionTimeout after its last heartbeat, then rebalances,
-// and the survivors learn of the rebalance at their next heartbeat. The messages the dead
-// member had not committed are then redelivered to a survivor about SessionTimeout +
-// HeartbeatInterval after the death (about 7s). A member that stops gracefully sends LeaveGroup
-// instead, and the group rebalances at once.
+// The consumer group timings of Group and Reader. They decide how soon the partitions of a
+// member that died without leaving the group (a killed process, a cut network) go to the
+// other members: the coordinator declares it dead SessionTimeout after its last heartbeat,
+// then rebalances, and the survivors learn of the rebalance at their next heartbeat. The
+// messages the dead member had not committed are then redelivered to a survivor about
+// SessionTimeout + HeartbeatInterval after the death (about 7s). A member that stops
+// gracefully sends LeaveGroup instead, and the group rebalances at once.
 const (
 	// SessionTimeout is 6s, Kafka's default group.min.session.timeout.ms: the shortest session a
 	// broker accepts unless it is configured otherwise. Shorter would also take a long pause (a
@@ -64,6 +64,16 @@ const (
 	// live member of Group rejoins within a heartbeat: the end of its generation cancels the
 	// message in hand (internal/notify's Consumer), which the partition's next owner redelivers.
 	RebalanceTimeout = 6 * time.Second
+	// joinGroupBackoff is the pause before a member tries again to join after a failed join.
+	joinGroupBackoff = 500 * time.Millisecond
+)
+
+// The fetch settings of every reader: a fetch answers as soon as one byte is there, or after
+// fetchMaxWait, with at most fetchMaxBytes.
+const (
+	fetchMinBytes = 1
+	fetchMaxBytes = 10 << 20
+	fetchMaxWait  = 250 * time.Millisecond
 )
 
 // Cluster is a set of broker addresses and, when Kafka is embedded, the broker behind them.
@@ -240,14 +250,14 @@ func (c *Cluster) Reader(group, topic string) *kafka.Reader {
 		GroupID:           group,
 		Topic:             topic,
 		StartOffset:       kafka.FirstOffset,
-		MinBytes:          1,
-		MaxBytes:          10 << 20,
-		MaxWait:           250 * time.Millisecond,
+		MinBytes:          fetchMinBytes,
+		MaxBytes:          fetchMaxBytes,
+		MaxWait:           fetchMaxWait,
 		CommitInterval:    0,
 		HeartbeatInterval: HeartbeatInterval,
 		SessionTimeout:    SessionTimeout,
 		RebalanceTimeout:  RebalanceTimeout,
-		JoinGroupBackoff:  500 * time.Millisecond,
+		JoinGroupBackoff:  joinGroupBackoff,
 	})
 }
 
@@ -275,7 +285,7 @@ func (c *Cluster) Group(id, topic string) (*kafka.ConsumerGroup, error) {
 		HeartbeatInterval: HeartbeatInterval,
 		SessionTimeout:    SessionTimeout,
 		RebalanceTimeout:  RebalanceTimeout,
-		JoinGroupBackoff:  500 * time.Millisecond,
+		JoinGroupBackoff:  joinGroupBackoff,
 	})
 }
 
@@ -287,9 +297,9 @@ func (c *Cluster) PartitionReader(topic string, partition int) *kafka.Reader {
 		Brokers:   c.Brokers,
 		Topic:     topic,
 		Partition: partition,
-		MinBytes:  1,
-		MaxBytes:  10 << 20,
-		MaxWait:   250 * time.Millisecond,
+		MinBytes:  fetchMinBytes,
+		MaxBytes:  fetchMaxBytes,
+		MaxWait:   fetchMaxWait,
 	})
 }
 
