@@ -213,11 +213,12 @@ func (t *commitCut) Pipe(stub *toxics.ToxicStub) {
 				continue
 			}
 			b, ok := commitBudgets.Load(t.Budget)
-			if !ok || !b.(*commitBudget).take() {
+			budget, _ := b.(*commitBudget)
+			if !ok || !budget.take() {
 				stub.Output <- c
 				continue
 			}
-			time.Sleep(b.(*commitBudget).delay)
+			time.Sleep(budget.delay)
 			stub.Output <- c
 			stub.Close()
 			return
