@@ -230,6 +230,14 @@ type Request struct {
 // business refusal that Reject renders is stored alone after the rollback, anything else
 // stores nothing, so that a retry runs again.
 //
+// record sends its INSERT through tx.Statement.ConnPool. A work that sends its statements
+// together — its new rows, the record and its contended rows in one multi-statement round
+// trip — may hold them there (a ConnPool that queues what is executed on it until the work
+// sends the batch): the record then travels at the place the work called it, and its
+// failure comes back in the error the work returns. A duplicate key in that error is told
+// apart by reading the record: the key's committed record answers the attempt (a replay); no
+// record means the duplicate was one of the work's own unique keys, a refusal like any other.
+//
 // A Response with a 4xx status recorded with a nil error commits with the work's writes: use
 // it when a refusal must leave a trace (an anomaly recorded for refund). A status that is
 // not storable (5xx, 401, …) makes record return an error: the work returns it, everything
@@ -520,8 +528,31 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work, lost *lostC
 		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
 	case recordErr != nil:
 		return g.afterRecordFailed(ctx, req, recordErr, *lost)
+	case recorded && g.cfg.Classify(err) == ErrorDuplicateKey:
+		return g.afterDuplicate(ctx, req, err, *lost)
 	}
 	return g.refused(ctx, req, err)
+}
+
+// afterDuplicate answers an attempt whose work returned a duplicate key after it called
+// record, when record itself reported no error: the work sent its statements together
+// (the record's INSERT held with its other rows, in one round trip), so the duplicate may be
+// the record's — another attempt committed the key — or one of the work's own unique keys.
+// The record tells: a committed record of the key answers as it says (a replay, a key reused,
+// or this call's own lost commit); no record means the work's own key refused the write, a
+// refusal like any other (Reject may store it).
+func (g *Guard) afterDuplicate(ctx context.Context, req Request, err error, lost lostCommits) (Result, error) {
+	res, recID, found, ferr := g.fromRecordID(context.WithoutCancel(ctx), req)
+	switch {
+	case ferr != nil && !found:
+		return Result{}, errors.Join(err, ferr)
+	case !found:
+		return g.refused(ctx, req, err)
+	}
+	if resp, own := lost.answer(recID); own {
+		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
+	}
+	return res, ferr
 }
 
 // resolveCommit answers an attempt whose COMMIT lost its answer with its connection (the

@@ -57,27 +57,32 @@ type Movements struct {
 func NewMovements(gen *ids.Generator) *Movements { return &Movements{ids: gen} }
 
 // updates are the conditional UPDATE of each kind: the WHERE clause is the precondition, so
-// stock can never go negative however many buyers race (rows affected decides).
-var updates = map[string]struct {
-	set   map[string]string // column → expression of the quantity
-	guard string
-}{
-	Reserve: {map[string]string{"available": "available - ?", "reserved": "reserved + ?"}, "available >= ?"},
-	Confirm: {map[string]string{"reserved": "reserved - ?", "sold": "sold + ?"}, "reserved >= ?"},
-	Release: {map[string]string{"reserved": "reserved - ?", "available": "available + ?"}, "reserved >= ?"},
-	Return:  {map[string]string{"sold": "sold - ?", "available": "available + ?"}, "sold >= ?"},
+// stock can never go negative however many buyers race (rows changed decide). Each ? is the
+// quantity.
+var updates = map[string]struct{ set, guard string }{
+	Reserve: {"available = available - ?, reserved = reserved + ?", "available >= ?"},
+	Confirm: {"reserved = reserved - ?, sold = sold + ?", "reserved >= ?"},
+	Release: {"reserved = reserved - ?, available = available + ?", "reserved >= ?"},
+	Return:  {"sold = sold - ?, available = available + ?", "sold >= ?"},
 }
 
-// Prices returns the current price of each SKU in lines, or ErrUnknownSKU naming the first
-// SKU that is not in the catalog. It is a plain read: it locks nothing.
-func (m *Movements) Prices(ctx context.Context, tx *gorm.DB, lines []Line) (map[string]int64, error) {
+// Prices returns the current price of each SKU in lines and the database's clock (see
+// database.Now), read in one plain query that locks nothing — a write that needs both pays
+// one round trip — or ErrUnknownSKU naming the first SKU that is not in the catalog.
+func (m *Movements) Prices(ctx context.Context, tx *gorm.DB, lines []Line) (map[string]int64, time.Time, error) {
 	skus := make([]string, len(lines))
 	for i, l := range lines {
 		skus[i] = l.SKU
 	}
-	var items []Item
-	if err := tx.WithContext(ctx).Select("sku", "price").Where("sku IN ?", skus).Find(&items).Error; err != nil {
-		return nil, err
+	var items []struct {
+		SKU   string `gorm:"column:sku"`
+		Price int64
+		Now   database.Clock
+	}
+	err := tx.WithContext(ctx).Model(&Item{}).Select("sku, price, "+database.NowSQL(tx)+" AS now").
+		Where("sku IN ?", skus).Find(&items).Error
+	if err != nil {
+		return nil, time.Time{}, err
 	}
 	prices := make(map[string]int64, len(items))
 	for _, it := range items {
@@ -85,10 +90,10 @@ func (m *Movements) Prices(ctx context.Context, tx *gorm.DB, lines []Line) (map[
 	}
 	for _, s := range skus {
 		if _, ok := prices[s]; !ok {
-			return nil, ErrUnknownSKU.Withf("no such SKU %q", s)
+			return nil, time.Time{}, ErrUnknownSKU.Withf("no such SKU %q", s)
 		}
 	}
-	return prices, nil
+	return prices, items[0].Now.Time, nil
 }
 
 // Apply moves stock of kind for every line of orderID, in tx. The movement rows go first, in
@@ -107,7 +112,9 @@ func (m *Movements) Apply(ctx context.Context, tx *gorm.DB, kind string, orderID
 	if err != nil {
 		return err
 	}
-	return m.Move(ctx, tx, kind, fresh)
+	b := database.Hold(tx)
+	m.Move(ctx, b, kind, fresh)
+	return b.Send(ctx)
 }
 
 // Rows returns the movement rows of kind for lines of orderID, for a caller that inserts them
@@ -121,35 +128,24 @@ func (m *Movements) Rows(kind string, orderID int64, lines []Line) []Movement {
 	return rows
 }
 
-// Move applies the conditional stock UPDATEs of kind for lines — the contended rows — in SKU
-// order, so that two orders touching the same SKUs lock them in the same order and cannot
-// deadlock. Their movement rows must be in tx already.
-func (m *Movements) Move(ctx context.Context, tx *gorm.DB, kind string, lines []Line) error {
-	u, ok := updates[kind]
-	if !ok {
-		return fmt.Errorf("unknown movement kind %q", kind)
-	}
+// Move adds to b the conditional stock UPDATEs of kind for lines — the contended rows — in
+// SKU order, so that two orders touching the same SKUs lock them in the same order and cannot
+// deadlock. Their movement rows must be in the transaction already, or earlier in b. When b
+// is sent, a reservation larger than what is available is ErrOutOfStock.
+func (m *Movements) Move(ctx context.Context, b *database.Batch, kind string, lines []Line) {
+	u := updates[kind]
 	sorted := slices.Clone(lines)
 	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
-	tx = tx.WithContext(ctx)
 	now := clock.Now()
 	for _, l := range sorted {
-		set := map[string]any{"version": gorm.Expr("version + 1"), "updated_at": now}
-		for col, expr := range u.set {
-			set[col] = gorm.Expr(expr, l.Quantity)
+		refusal := fmt.Errorf("inventory %s of %d %s: precondition failed", kind, l.Quantity, l.SKU)
+		if kind == Reserve {
+			refusal = ErrOutOfStock.Withf("not enough %s in stock for %d", l.SKU, l.Quantity)
 		}
-		res := tx.Model(&Item{}).Where("sku = ? AND "+u.guard, l.SKU, l.Quantity).Updates(set)
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			if kind == Reserve {
-				return ErrOutOfStock.Withf("not enough %s in stock for %d", l.SKU, l.Quantity)
-			}
-			return fmt.Errorf("inventory %s of %d %s: precondition failed", kind, l.Quantity, l.SKU)
-		}
+		b.Update(ctx, refusal,
+			"UPDATE inventory SET "+u.set+", version = version + 1, updated_at = ? WHERE sku = ? AND "+u.guard,
+			l.Quantity, l.Quantity, now, l.SKU, l.Quantity)
 	}
-	return nil
 }
 
 // record inserts the movement rows of lines, skipping those that already happened, and

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/internal/inventory"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
@@ -173,16 +175,19 @@ func TestApplySortsLines(t *testing.T) {
 	}
 }
 
-// TestPrices: known SKUs get their price; one unknown SKU fails the whole request with
-// unknown_sku.
+// TestPrices: known SKUs get their price, with the database's clock read in the same query;
+// one unknown SKU fails the whole request with unknown_sku.
 func TestPrices(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	prices, err := e.moves.Prices(ctx, e.db, []inventory.Line{{SKU: "A"}, {SKU: "B"}})
+	prices, now, err := e.moves.Prices(ctx, e.db, []inventory.Line{{SKU: "A"}, {SKU: "B"}})
 	if err != nil || prices["A"] != 100 || prices["B"] != 100 || len(prices) != 2 {
 		t.Errorf("Prices = %v, %v; want A and B at 100", prices, err)
 	}
-	if _, err := e.moves.Prices(ctx, e.db, []inventory.Line{{SKU: "A"}, {SKU: "NOPE"}}); !errors.Is(err, inventory.ErrUnknownSKU) {
+	if dbNow, err := database.Now(ctx, e.db); err != nil || now.IsZero() || dbNow.Sub(now).Abs() > time.Minute {
+		t.Errorf("Prices read the clock %v; the database's clock is %v (%v)", now, dbNow, err)
+	}
+	if _, _, err := e.moves.Prices(ctx, e.db, []inventory.Line{{SKU: "A"}, {SKU: "NOPE"}}); !errors.Is(err, inventory.ErrUnknownSKU) {
 		t.Errorf("Prices with an unknown SKU: %v, want unknown_sku", err)
 	}
 }

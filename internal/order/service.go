@@ -89,30 +89,36 @@ func Validate(lines []Line) error {
 }
 
 // Create is the whole transaction of placing an order for userID, in tx (the guard's), in the
-// order it runs — lines must have passed Validate:
+// order it runs — lines must have passed Validate. Four round trips on MySQL, BEGIN and
+// COMMIT included:
 //
-//  1. the prices, a plain read;
-//  2. the order's new rows in one round trip: the order, its items, its order.created event
-//     and its stock movements, whose unique key stops a second reservation for the order (I1);
+//  1. the prices and the database's clock, one plain read that locks nothing;
+//  2. then one batch (database.Batch), in this order: the order's new rows — the order, its
+//     items, its order.created event and its stock movements, whose unique key stops a second
+//     reservation for the order (I1);
 //  3. the dedup record of the request, written by record — before any hot row is locked, so
 //     that a duplicate is refused without waiting on one (I3; nil writes none: the lab);
 //  4. last, the contended stock rows: the conditional UPDATEs available − q, reserved + q,
-//     held for one round trip before the commit. Not enough stock is ErrOutOfStock and rolls
-//     everything back.
+//     locked for the rest of the batch and the commit only. Not enough stock is ErrOutOfStock
+//     and rolls everything back.
 func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines []Line, record func(Order) error) (Order, error) {
 	o, err := s.priced(ctx, tx, userID, lines)
 	if err != nil {
 		return Order{}, err
 	}
-	if err := s.insertNew(ctx, tx, o, lines); err != nil {
+	msg, ev, err := s.event(ctx, o, outbox.OrderCreated)
+	if err != nil {
 		return Order{}, err
 	}
+	b := database.Hold(tx)
+	b.Insert(ctx, &o, &o.Items, msg, ev, s.stock.Rows(inventory.Reserve, o.ID, lines))
 	if record != nil {
 		if err := record(o); err != nil {
 			return Order{}, err
 		}
 	}
-	return o, s.stock.Move(ctx, tx, inventory.Reserve, lines)
+	s.stock.Move(ctx, b, inventory.Reserve, lines)
+	return o, b.Send(ctx)
 }
 
 // Open writes the new rows of an order in tx — steps 1 and 2 of Create — and touches no
@@ -127,14 +133,10 @@ func (s *Service) Open(ctx context.Context, tx *gorm.DB, userID int64, lines []L
 
 // priced is a new PENDING_PAYMENT order of lines for userID at today's prices, not written.
 func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
-	prices, err := s.stock.Prices(ctx, tx, lines)
-	if err != nil {
-		return Order{}, err
-	}
-	// The order's times come from the database's clock, as the close job's "now" does, so that
-	// an order expires the TTL after it was placed whatever the clock of the instance that
-	// placed it says (ONCEPAY_CHAOS_CLOCK_OFFSET; docs/chaos.md, "Clock skew").
-	now, err := database.Now(ctx, tx)
+	// The order's times come from the database's clock, read with the prices, as the close
+	// job's "now" does, so that an order expires the TTL after it was placed whatever the
+	// clock of the instance that placed it says (docs/chaos.md, "Clock skew").
+	prices, now, err := s.stock.Prices(ctx, tx, lines)
 	if err != nil {
 		return Order{}, err
 	}

@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"database/sql/driver"
 	"fmt"
 	"time"
 
@@ -37,3 +38,44 @@ func Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
 	}
 	return now, nil
 }
+
+// NowSQL is the SQL expression of the database's clock (see Now), for a write that reads it
+// in a query it sends anyway rather than in a round trip of its own; scan it into a Clock.
+func NowSQL(db *gorm.DB) string {
+	if DialectOf(db) == MySQL {
+		return "UTC_TIMESTAMP(6)"
+	}
+	return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+}
+
+// Clock is the database's clock read by NowSQL, in UTC, whichever way the driver hands it
+// over: a time.Time (MySQL with parseTime), or SQLite's text.
+type Clock struct{ time.Time }
+
+// Scan implements sql.Scanner.
+func (c *Clock) Scan(v any) error {
+	switch v := v.(type) {
+	case time.Time:
+		c.Time = v.UTC()
+		return nil
+	case string:
+		return c.parse(v)
+	case []byte:
+		return c.parse(string(v))
+	}
+	return fmt.Errorf("the database's clock: cannot read %T", v)
+}
+
+func (c *Clock) parse(s string) error {
+	// A layout without a fraction parses any fraction the text has (SQLite's milliseconds,
+	// MySQL's microseconds when the driver does not parse times).
+	t, err := time.ParseInLocation(time.DateTime, s, time.UTC)
+	if err != nil {
+		return fmt.Errorf("the database's clock: %q: %w", s, err)
+	}
+	c.Time = t
+	return nil
+}
+
+// Value implements driver.Valuer, which gorm asks of a struct column's type.
+func (c Clock) Value() (driver.Value, error) { return c.Time, nil }

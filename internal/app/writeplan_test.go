@@ -1,0 +1,100 @@
+package app_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/app"
+	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/testsupport/apptest"
+	"github.com/oncepay/oncepay/internal/testsupport/testenv"
+)
+
+// TestWritesArePlanned reads each guarded write on the wire (a MySQL protocol proxy between
+// the instance and MariaDB) and holds the rule of docs/architecture.md: a write sends its new
+// rows, then its dedup record, then its contended rows — so the record's INSERT comes before
+// every UPDATE and every locking read of the transaction, and a duplicate is refused before
+// any hot row is locked. A new order also holds its round-trip budget: at most 4 MySQL round
+// trips, BEGIN and COMMIT included.
+func TestWritesArePlanned(t *testing.T) {
+	db, wire := testenv.DBOverWire(t)
+	s := apptest.StartOn(t, app.Deps{DB: db, Redis: testenv.Redis(t), Kafka: testenv.Kafka(t)}, func(c *config.Config) {
+		c.CloseJobInterval, c.ReconcileJobInterval, c.RefundJobInterval, c.PurgeJobInterval = time.Hour, time.Hour, time.Hour, time.Hour
+	})
+	item := apptest.Item{SKU: "PLAN-" + apptest.RandHex(3), Quantity: 2}
+	other := apptest.Item{SKU: "PLAN2-" + apptest.RandHex(3), Quantity: 1}
+	s.PutInventory(t, item.SKU, 700, 100)
+	s.PutInventory(t, other.SKU, 300, 100)
+
+	// planOf runs do and returns the one transaction of it that wrote a dedup record.
+	planOf := func(t *testing.T, do func()) []testenv.Command {
+		t.Helper()
+		wire.Reset()
+		do()
+		var found [][]testenv.Command
+		for _, tx := range wire.Transactions() {
+			if testenv.Index(testenv.Statements(tx), "INSERT INTO `idempotency_records`") >= 0 ||
+				testenv.Index(testenv.Statements(tx), "INSERT INTO idempotency_records") >= 0 {
+				found = append(found, tx)
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("%d transactions wrote a dedup record, want 1", len(found))
+		}
+		return found[0]
+	}
+	recordFirst := func(t *testing.T, tx []testenv.Command) {
+		t.Helper()
+		stmts := testenv.Statements(tx)
+		rec := max(testenv.Index(stmts, "INSERT INTO `idempotency_records`"), testenv.Index(stmts, "INSERT INTO idempotency_records"))
+		for i, st := range stmts {
+			contended := strings.HasPrefix(strings.ToUpper(st), "UPDATE") || strings.HasSuffix(strings.ToUpper(st), "FOR UPDATE")
+			if contended && i < rec {
+				t.Errorf("statement %d locks a row before the dedup record (statement %d):\n%s", i, rec, describe(stmts))
+				return
+			}
+		}
+	}
+
+	var created struct{ OrderID string }
+	t.Run("create order", func(t *testing.T) {
+		tx := planOf(t, func() {
+			r := apptest.Must(t, s.PostOrder(apptest.AliceKey, "plan-create-"+apptest.RandHex(4), item, other), http.StatusCreated)
+			r.Decode(t, &created)
+		})
+		recordFirst(t, tx)
+		t.Logf("a new order of two SKUs:\n%s", describeCmds(tx))
+		if len(tx) > 4 {
+			t.Errorf("a new order took %d round trips, want at most 4:\n%s", len(tx), describeCmds(tx))
+		}
+	})
+}
+
+func describe(stmts []string) string {
+	var b strings.Builder
+	for i, s := range stmts {
+		if len(s) > 110 {
+			s = s[:110] + "…"
+		}
+		b.WriteString("  ")
+		b.WriteString(strings.ReplaceAll(s, "\n", " "))
+		if i < len(stmts)-1 {
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+func describeCmds(cmds []testenv.Command) string {
+	var b strings.Builder
+	for i, c := range cmds {
+		b.WriteString("round trip ")
+		b.WriteString(string(rune('1' + i)))
+		b.WriteString(":\n")
+		b.WriteString(describe(testenv.Statements([]testenv.Command{c})))
+		b.WriteString("\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,209 @@
+package database
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// Batch is a planned write: the statements of one use case, held in the order the use case
+// lays them out — its new rows, the dedup record, then its contended rows — and sent together
+// by Send. On MySQL that is one round trip: one multi-statement whose parameters the driver
+// interpolates and escapes (interpolateParams, set by Open), with a SELECT ROW_COUNT() after
+// each conditional UPDATE, so that every precondition is still decided by the rows it changed.
+// On SQLite, where a statement is a function call and not a round trip, each statement runs
+// as it is added and Send reports the first failure.
+//
+// While a Batch is open, every statement that is executed on its transaction's connection is
+// held too, whoever executes it: that is how the idempotency kit's dedup record (record, which
+// sends its INSERT through tx.Statement.ConnPool) travels in the batch at the place the use
+// case calls it. Queries are not held: a read while the batch is open is an error, since it
+// would run before the writes that precede it in the code. Send ends the batch; a use case
+// that returns early without sending leaves its transaction to be rolled back, as always.
+//
+// A failed statement stops the batch where it is (the server runs nothing after it) and is
+// returned by Send as the driver reported it: a duplicate key keeps its error number, and the
+// guard tells the record's duplicate from another by reading the record.
+type Batch struct {
+	tx     *gorm.DB
+	pool   *heldPool
+	failed error // SQLite: the first statement that failed
+}
+
+// Hold opens a batch on tx, a transaction: from now until Send, tx's statements are held.
+func Hold(tx *gorm.DB) *Batch {
+	b := &Batch{tx: tx}
+	if DialectOf(tx) == MySQL {
+		b.pool = &heldPool{ConnPool: tx.Statement.ConnPool}
+		tx.Statement.ConnPool = b.pool
+	}
+	return b
+}
+
+// Insert adds the INSERTs of values, each a row or a slice of rows of any table.
+func (b *Batch) Insert(ctx context.Context, values ...any) {
+	for _, v := range values {
+		stmt := b.tx.Session(&gorm.Session{DryRun: true, NewDB: true}).Create(v).Statement
+		if stmt.Error != nil {
+			b.fail(stmt.Error)
+			continue
+		}
+		b.Exec(ctx, stmt.SQL.String(), stmt.Vars...)
+	}
+}
+
+// Exec adds one statement whose rows affected do not matter.
+func (b *Batch) Exec(ctx context.Context, query string, vars ...any) {
+	if b.pool != nil {
+		b.pool.hold(query, vars, nil)
+		return
+	}
+	if b.failed == nil {
+		_, err := b.tx.Statement.ConnPool.ExecContext(ctx, query, vars...)
+		b.fail(err)
+	}
+}
+
+// Update adds a conditional UPDATE that must change at least one row: when it changes none,
+// its precondition was false and Send returns refusal (out of stock, an order that moved on).
+func (b *Batch) Update(ctx context.Context, refusal error, query string, vars ...any) {
+	if b.pool != nil {
+		b.pool.hold(query, vars, refusal)
+		return
+	}
+	if b.failed != nil {
+		return
+	}
+	res, err := b.tx.Statement.ConnPool.ExecContext(ctx, query, vars...)
+	if err != nil {
+		b.fail(err)
+		return
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		b.fail(errors.Join(refusal, err))
+	}
+}
+
+func (b *Batch) fail(err error) {
+	if b.failed == nil && err != nil {
+		b.failed = err
+	}
+}
+
+// Send sends the held statements and ends the batch: nil when every statement ran and every
+// conditional UPDATE changed a row; the first refusal of an UPDATE that changed none; or the
+// error of the statement that failed.
+func (b *Batch) Send(ctx context.Context) error {
+	if b.pool == nil {
+		return b.failed
+	}
+	b.tx.Statement.ConnPool = b.pool.ConnPool
+	if b.failed != nil {
+		return b.failed
+	}
+	return b.pool.send(ctx)
+}
+
+// heldPool stands for a transaction's connection while a batch is open: it holds what is
+// executed on it, refuses reads, and commits or rolls back the transaction it stands for.
+type heldPool struct {
+	gorm.ConnPool
+	sqls     []string
+	vars     []any
+	refusals []error // for each SELECT ROW_COUNT() in sqls, in order
+}
+
+func (p *heldPool) hold(query string, vars []any, refusal error) {
+	p.sqls = append(p.sqls, query)
+	p.vars = append(p.vars, vars...)
+	if refusal != nil {
+		p.sqls = append(p.sqls, "SELECT ROW_COUNT()")
+		p.refusals = append(p.refusals, refusal)
+	}
+}
+
+// ExecContext holds the statement; its result says it changed one row (it is an INSERT: the
+// dedup record's), and its real outcome comes with Send.
+func (p *heldPool) ExecContext(_ context.Context, query string, vars ...any) (sql.Result, error) {
+	p.hold(query, vars, nil)
+	return driver.RowsAffected(1), nil
+}
+
+var errReadInBatch = errors.New("database: a read while a batch is held; send the batch first")
+
+func (p *heldPool) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
+	return nil, errReadInBatch
+}
+
+func (p *heldPool) QueryRowContext(ctx context.Context, _ string, _ ...any) *sql.Row {
+	// A *sql.Row cannot be made with an error outside database/sql; a cancelled context
+	// makes the transaction's own QueryRowContext return one without sending anything.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	return p.ConnPool.QueryRowContext(cancelled, "SELECT 1")
+}
+
+// Commit and Rollback end the transaction the pool stands for, should a use case leave a
+// batch open: gorm finds them on the transaction's ConnPool.
+func (p *heldPool) Commit() error   { return p.ConnPool.(gorm.TxCommitter).Commit() }
+func (p *heldPool) Rollback() error { return p.ConnPool.(gorm.TxCommitter).Rollback() }
+
+// send sends the held statements in one multi-statement and reads the rows changed by each
+// conditional UPDATE from the result sets of their SELECT ROW_COUNT()s.
+func (p *heldPool) send(ctx context.Context) error {
+	if len(p.sqls) == 0 {
+		return nil
+	}
+	query := strings.Join(p.sqls, ";\n")
+	if len(p.refusals) == 0 {
+		_, err := p.ConnPool.ExecContext(ctx, query, p.vars...)
+		return err
+	}
+	rows, err := p.ConnPool.QueryContext(ctx, query, p.vars...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var refused error
+	read := 0
+	for i, refusal := range p.refusals {
+		if i > 0 && !rows.NextResultSet() {
+			break
+		}
+		if !rows.Next() {
+			break
+		}
+		var n int64
+		if err := rows.Scan(&n); err != nil {
+			return err
+		}
+		read++
+		if n == 0 && refused == nil {
+			refused = refusal
+		}
+	}
+	for rows.NextResultSet() { // a statement after the last count may still fail
+	}
+	switch err := rows.Err(); {
+	case err != nil:
+		return err
+	case read < len(p.refusals):
+		// go-sql-driver reports the statement that stopped a batch; a count that is missing
+		// all the same must never read as a precondition that held.
+		return fmt.Errorf("database: the batch answered %d of its %d row counts", read, len(p.refusals))
+	}
+	return refused
+}
+
+// String describes the held statements, for a test's failure message.
+func (b *Batch) String() string {
+	if b.pool == nil {
+		return "batch (SQLite: sent as added)"
+	}
+	return fmt.Sprintf("batch of %d statements", len(b.pool.sqls))
+}
