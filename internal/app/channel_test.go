@@ -124,6 +124,10 @@ func TestDroppedNotificationsReconcileAndCloseJob(t *testing.T) {
 	paidA, _ := openTrade(t, s, "a", "SKU-1002") // paid; found by reconcile-payments
 	paidB, _ := openTrade(t, s, "b", "SKU-1002") // paid; found by the close job (I9)
 	unpaid, _ := openTrade(t, s, "c", "SKU-1002")
+	// The order without a trade is placed a while after the unpaid one, as on a loaded machine
+	// where opening a trade is slow: it expires that much later, and the job must find both
+	// expired (WaitExpired waits for the last expiry, not the unpaid one's).
+	time.Sleep(300 * time.Millisecond)
 	noTrade := s.CreateOrder(t, apptest.AliceKey, "d-order", apptest.Item{SKU: "SKU-1002", Quantity: 1})
 	if err := s.App.Channel.Pay(paidA.OrderID); err != nil {
 		t.Fatal(err)
@@ -144,7 +148,7 @@ func TestDroppedNotificationsReconcileAndCloseJob(t *testing.T) {
 	if err := s.App.Channel.Pay(paidB.OrderID); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Until(s.Order(t, unpaid.OrderID).ExpiresAt) + 100*time.Millisecond)
+	s.WaitExpired(t, paidB.OrderID, unpaid.OrderID, noTrade.OrderID)
 	var closed struct{ Closed int64 }
 	adminRun(t, s, "close-expired-orders", nil, &closed)
 	if closed.Closed != 2 {

@@ -12,6 +12,7 @@ import (
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 )
 
@@ -37,6 +38,29 @@ func (s *Server) Order(tb testing.TB, id string) order.Order {
 		tb.Fatalf("order %s: %v", id, err)
 	}
 	return o
+}
+
+// WaitExpired waits until every order of orderIDs (their API form) is past its expires_at by the
+// database's clock, the one the close job judges expiry by (order.Service.ExpiredIDs, Close).
+// A test that runs the job must wait for the last of its orders to expire, not for one it
+// picked: orders placed one after another expire one after another, and on a loaded machine
+// the requests between two of them can take longer than any margin added to the first.
+func (s *Server) WaitExpired(tb testing.TB, orderIDs ...string) {
+	tb.Helper()
+	var last time.Time
+	for _, id := range orderIDs {
+		if e := s.Order(tb, id).ExpiresAt; e.After(last) {
+			last = e
+		}
+	}
+	time.Sleep(time.Until(last)) // most of the wait on this clock; the database's has the last word
+	Eventually(tb, 10*time.Second, "orders expired by the database's clock", func() (bool, string) {
+		now, err := database.Now(context.Background(), s.DB)
+		if err != nil {
+			return false, err.Error()
+		}
+		return now.After(last), "database clock " + now.Format(time.RFC3339Nano) + ", last expiry " + last.Format(time.RFC3339Nano)
+	})
 }
 
 // Count returns the number of rows of table matching where (all rows when where is "").
