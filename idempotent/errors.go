@@ -43,3 +43,11 @@ var ErrLockLost = errors.New("idempotency lock lost: renewal failed")
 
 // errLockBusy means another attempt holds the lock of the key.
 var errLockBusy = errors.New("lock busy")
+
+// ErrStale is returned (wrapped or not) by a work whose plain read of the state was overtaken
+// before its conditional write: the work decided its answer — and placed its record — from
+// what it read, then found the state moved under it (a conditional UPDATE that changed no
+// row). Nothing of the attempt may commit; the guard runs the whole transaction again, as it
+// does one the database aborted (within Config.RetryFor), and the rerun reads the new state.
+// It lets a work record its answer before it locks its contended rows.
+var ErrStale = errors.New("idempotent: the state the work read moved before its write; run it again")

@@ -413,6 +413,9 @@ func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, er
 			return res, nil
 		}
 		class := g.cfg.Classify(err)
+		if errors.Is(err, ErrStale) {
+			class = ErrorAborted
+		}
 		switch {
 		case class == ErrorLockWait:
 			return g.busy(attempt, start, err)

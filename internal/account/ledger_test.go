@@ -73,7 +73,7 @@ func TestNotifyRollsBackWithTheCallersTransaction(t *testing.T) {
 
 	boom := errors.New("the caller failed after the use case")
 	err = db.Transaction(func(tx *gorm.DB) error {
-		outcome, err := recharges.Apply(ctx, tx, n)
+		outcome, err := recharges.Apply(ctx, tx, n, func(notify.Outcome) error { return nil })
 		if err != nil || outcome != notify.Applied {
 			t.Fatalf("apply inside the transaction: %v, %v", outcome, err)
 		}
@@ -92,7 +92,7 @@ func TestNotifyRollsBackWithTheCallersTransaction(t *testing.T) {
 	// The retry credits once; a copy after it is a duplicate.
 	apply := func() (outcome notify.Outcome, err error) {
 		err = db.Transaction(func(tx *gorm.DB) error {
-			outcome, err = recharges.Apply(ctx, tx, n)
+			outcome, err = recharges.Apply(ctx, tx, n, func(notify.Outcome) error { return nil })
 			return err
 		})
 		return outcome, err
@@ -129,7 +129,7 @@ func TestApplyOutcomes(t *testing.T) {
 	rid := ids.Format(rc.ID)
 	apply := func(r notify.Report) (outcome notify.Outcome, err error) {
 		err = db.Transaction(func(tx *gorm.DB) error {
-			outcome, err = recharges.Apply(ctx, tx, r)
+			outcome, err = recharges.Apply(ctx, tx, r, func(notify.Outcome) error { return nil })
 			return err
 		})
 		return outcome, err

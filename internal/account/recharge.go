@@ -136,7 +136,16 @@ func (s *Recharges) Get(ctx context.Context, userID, id int64) (Recharge, error)
 // issued, or a different amount, is refused and stores nothing, the amount kept as an
 // anomaly; a recharge already paid by this trade is a duplicate, by another trade a
 // duplicate_payment kept for refund.
-func (s *Recharges) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (notify.Outcome, error) {
+func (s *Recharges) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
+	o, err := s.apply(ctx, tx, r)
+	if err != nil {
+		return 0, err
+	}
+	return o, record(o)
+}
+
+// apply is the change of Apply, which records its outcome after it.
+func (s *Recharges) apply(ctx context.Context, tx *gorm.DB, r notify.Report) (notify.Outcome, error) {
 	if !r.Final() {
 		return notify.Ignored, nil
 	}

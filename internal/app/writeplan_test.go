@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
@@ -58,7 +59,7 @@ func TestWritesArePlanned(t *testing.T) {
 		}
 	}
 
-	var created struct{ OrderID string }
+	var created order.View
 	t.Run("create order", func(t *testing.T) {
 		tx := planOf(t, func() {
 			r := apptest.Must(t, s.PostOrder(apptest.AliceKey, "plan-create-"+apptest.RandHex(4), item, other), http.StatusCreated)
@@ -69,6 +70,18 @@ func TestWritesArePlanned(t *testing.T) {
 		if len(tx) > 4 {
 			t.Errorf("a new order took %d round trips, want at most 4:\n%s", len(tx), describeCmds(tx))
 		}
+	})
+
+	t.Run("trade report", func(t *testing.T) {
+		view := created
+		if view.OrderID == "" {
+			t.Fatal("no order was created")
+		}
+		tx := planOf(t, func() {
+			apptest.Must(t, s.SignedNotify(apptest.JSON(apptest.Notification(view, "alipay", "T-PLAN-"+view.OrderID))), http.StatusOK)
+		})
+		recordFirst(t, tx)
+		t.Logf("a trade report:\n%s", describeCmds(tx))
 	})
 }
 

@@ -34,10 +34,13 @@ const (
 )
 
 // Applier applies the reports of one kind, in tx: the guard's transaction, whose dedup record
-// commits with the change (I3). It returns an Outcome, a Refusal (the report cannot be applied
-// and stores nothing under its key), or any other error (nothing stored; the sender retries).
+// commits with the change (I3). It places that record itself, as an idempotent.Work does:
+// record(outcome) after its new rows and before its contended ones (an order's status, its
+// stock, a balance), called once on every path that returns nil. It returns the Outcome it
+// recorded, a Refusal (the report cannot be applied and stores nothing under its key), or
+// any other error (nothing stored; the sender retries).
 type Applier interface {
-	Apply(ctx context.Context, tx *gorm.DB, r Report) (Outcome, error)
+	Apply(ctx context.Context, tx *gorm.DB, r Report, record func(Outcome) error) (Outcome, error)
 }
 
 // Refusal is a report the work turned away — an amount that differs, a number nobody issued,
@@ -115,18 +118,16 @@ func (p *Port) deliver(ctx context.Context, r Report, via string, run runner) (i
 	}
 	req := idempotent.Request{Key: r.Key(), Fingerprint: r.Fingerprint(), Via: via, Reject: storeNoRefusal, Refused: isRefusal}
 	var outcome Outcome
-	res, err := run(ctx, req, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	res, err := run(ctx, req, func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
 		if r.Ends() {
 			if err := claim(ctx, tx, r); err != nil {
-				return idempotent.Response{}, err
+				return err
 			}
 		}
 		var err error
-		if outcome, err = apply.Apply(ctx, tx, r); err != nil {
-			return idempotent.Response{}, err
-		}
-		return success(outcome), nil
-	}))
+		outcome, err = apply.Apply(ctx, tx, r, func(o Outcome) error { return record(success(o)) })
+		return err
+	})
 	if res.Outcome != idempotent.Executed {
 		outcome = 0
 	}

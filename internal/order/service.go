@@ -241,22 +241,49 @@ func (s *Service) endAt(ctx context.Context, tx *gorm.DB, o Order, to Status, ev
 }
 
 // Pay moves order id from PENDING_PAYMENT to PAID for the channel's trade, confirms its
-// stock and writes order.paid, in tx. It reports false, changing nothing, when the order had
-// already moved on; the returned order is then its current state, for the caller to decide.
+// stock and writes order.paid, in tx, in one batch. It reports false, changing nothing, when
+// the order had already moved on; the returned order is then its state, for the caller to
+// decide. An order that moves on between the read and the write is idempotent.ErrStale, and
+// tx must be rolled back (payment.Service.Apply is the planned form, with a dedup record).
 func (s *Service) Pay(ctx context.Context, tx *gorm.DB, id int64, channel, tradeNo string) (bool, Order, error) {
-	now := clock.Now()
-	moved, err := s.orders.Transition(ctx, tx, id, Paid, map[string]any{"channel": channel, "trade_no": tradeNo, "paid_at": now})
+	o, err := s.orders.Get(ctx, tx, id)
+	if err != nil || o.Status != PendingPayment {
+		return false, o, err
+	}
+	b := database.Hold(tx)
+	paid, err := s.PayRows(ctx, b, o, channel, tradeNo)
 	if err != nil {
 		return false, Order{}, err
 	}
-	o, err := s.orders.Current(ctx, tx, id)
-	if err != nil || !moved {
-		return false, o, err
-	}
-	if err := s.emit(ctx, tx, o, "order.paid"); err != nil {
+	s.PayUpdates(ctx, b, paid)
+	if err := b.Send(ctx); err != nil {
 		return false, Order{}, err
 	}
-	return true, o, s.stock.Apply(ctx, tx, inventory.Confirm, o.ID, lines(o))
+	return true, paid, nil
+}
+
+// PayRows adds to b the new rows of paying o, read PENDING_PAYMENT, with the channel's trade
+// — its order.paid event and its stock confirmations — and returns o as the payment leaves
+// it. PayUpdates adds the contended rows; a use case places its dedup record between them.
+func (s *Service) PayRows(ctx context.Context, b *database.Batch, o Order, channel, tradeNo string) (Order, error) {
+	now := clock.Now().Truncate(time.Microsecond) // as the column keeps it, and the event shows it
+	o.Status, o.Channel, o.TradeNo, o.PaidAt, o.UpdatedAt = Paid, &channel, &tradeNo, &now, now
+	msg, ev, err := s.event(ctx, o, "order.paid")
+	if err != nil {
+		return Order{}, err
+	}
+	b.Insert(ctx, msg, ev, s.stock.Rows(inventory.Confirm, o.ID, lines(o)))
+	return o, nil
+}
+
+// PayUpdates adds to b the contended rows of paying the order paid (PayRows): its conditional
+// transition to PAID — which fails with idempotent.ErrStale when the order moved on after it
+// was read, so that the transaction runs again and finds it moved (I5) — then its stock rows.
+func (s *Service) PayUpdates(ctx context.Context, b *database.Batch, paid Order) {
+	s.orders.TransitionIn(ctx, b, paid.ID, Paid, map[string]any{
+		"channel": *paid.Channel, "trade_no": *paid.TradeNo, "paid_at": *paid.PaidAt, "updated_at": paid.UpdatedAt,
+	})
+	s.stock.Move(ctx, b, inventory.Confirm, lines(paid))
 }
 
 // LockPayable returns userID's order id with its row locked in tx, provided it can still be

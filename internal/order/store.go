@@ -3,10 +3,15 @@ package order
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 )
@@ -111,6 +116,35 @@ func (Store) Transition(ctx context.Context, tx *gorm.DB, id int64, to Status, s
 		Where("id = ? AND status IN ?", id, From(to)).
 		Updates(cols)
 	return res.RowsAffected == 1, res.Error
+}
+
+// TransitionIn adds to b the conditional UPDATE that moves order id to status to, provided its
+// current status is one of From(to), with the columns of set: the planned form of
+// Transition, for a use case that decided from a plain read and placed its record before
+// this contended row. An order that moved on since the read fails the batch with
+// idempotent.ErrStale, and the guard runs the transaction again. The primary key is forced on
+// MySQL: with few PENDING orders the optimizer may otherwise scan idx_orders_status_expires,
+// whose next-key locks let two transitions of one order deadlock.
+func (Store) TransitionIn(ctx context.Context, b *database.Batch, id int64, to Status, set map[string]any) {
+	cols := slices.Sorted(maps.Keys(set))
+	var sql strings.Builder
+	sql.WriteString("UPDATE orders")
+	if b.Dialect() == database.MySQL {
+		sql.WriteString(" FORCE INDEX (PRIMARY)")
+	}
+	sql.WriteString(" SET status = ?")
+	vars := []any{string(to)}
+	for _, c := range cols {
+		sql.WriteString(", " + c + " = ?")
+		vars = append(vars, set[c])
+	}
+	from := From(to)
+	sql.WriteString(" WHERE id = ? AND status IN (?" + strings.Repeat(", ?", len(from)-1) + ")")
+	vars = append(vars, id)
+	for _, f := range from {
+		vars = append(vars, string(f))
+	}
+	b.Update(ctx, fmt.Errorf("order %d: %w", id, idempotent.ErrStale), sql.String(), vars...)
 }
 
 // ExpiredIDs returns up to limit ids of unpaid orders whose expires_at has passed.

@@ -232,7 +232,7 @@ type flakyPayments struct {
 }
 
 // Apply implements notify.Applier.
-func (f *flakyPayments) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (notify.Outcome, error) {
+func (f *flakyPayments) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
 	f.mu.Lock()
 	f.attempts = append(f.attempts, r.Number)
 	fail := r.Number == f.failing && f.fails > 0
@@ -243,7 +243,7 @@ func (f *flakyPayments) Apply(ctx context.Context, tx *gorm.DB, r notify.Report)
 	if fail {
 		return 0, errUnreachable
 	}
-	return f.next.Apply(ctx, tx, r)
+	return f.next.Apply(ctx, tx, r, record)
 }
 
 // stopFailing makes every later attempt apply.

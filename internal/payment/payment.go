@@ -18,11 +18,13 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/clock"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 )
@@ -59,14 +61,18 @@ func NewService(gen *ids.Generator, orders *order.Service, anomalies *anomaly.Re
 // trade number for r's order (a number another owner holds never gets here). In order:
 //
 //  1. a status other than SUCCESS changes nothing (Ignored);
-//  2. an order nobody issued, or a different amount, is refused: nothing is stored under the
-//     key, so the channel's correct report still applies; the amount is kept as an anomaly;
-//  3. the conditional PENDING_PAYMENT → PAID, with its stock confirmed and its payments row,
-//     whose unique (channel, trade_no) is the last line against one trade paying twice;
-//  4. otherwise the order had moved on (refuse).
-func (s *Service) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (notify.Outcome, error) {
+//  2. the order, a plain read: one nobody issued, or a different amount, is refused — nothing
+//     is stored under the key, so the channel's correct report still applies; the amount is
+//     kept as an anomaly;
+//  3. an order that had moved on is answered from its state (refuse);
+//  4. otherwise one batch: the new rows — the payments row, whose unique (channel, trade_no)
+//     is the last line against one trade paying twice, the order.paid event and the stock
+//     confirmations — then the dedup record, then the contended rows: the conditional
+//     PENDING_PAYMENT → PAID and the stock. An order that moved on since step 2 fails the
+//     transition, and the guard runs it all again (idempotent.ErrStale).
+func (s *Service) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
 	if !r.Final() {
-		return notify.Ignored, nil
+		return notify.Ignored, record(notify.Ignored)
 	}
 	id, ok := r.OwnerID()
 	if !ok {
@@ -83,16 +89,29 @@ func (s *Service) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (noti
 		detail := fmt.Sprintf("order %d costs %d, channel reported %d", o.ID, o.Amount, r.Amount)
 		return 0, notify.Refuse(ErrAmountMismatch.Withf("%s", detail), kept(anomaly.AmountMismatch, o.ID, r, detail))
 	}
-	moved, current, err := s.orders.Pay(ctx, tx, id, r.Channel, r.Number)
+	if o.Status != order.PendingPayment {
+		return s.refuse(ctx, tx, o, r, record)
+	}
+
+	b := database.Hold(tx)
+	b.Insert(ctx, &Payment{ID: s.ids.Next(), Channel: r.Channel, TradeNo: r.Number, OrderID: o.ID,
+		Amount: r.Amount, Status: notify.StatusSuccess, RequestID: requestid.From(ctx), CreatedAt: clock.Now()})
+	paid, err := s.orders.PayRows(ctx, b, o, r.Channel, r.Number)
 	if err != nil {
 		return 0, err
 	}
-	if !moved {
-		return s.refuse(ctx, tx, current, r)
+	if err := record(notify.Applied); err != nil {
+		return 0, err
 	}
-	p := Payment{ID: s.ids.Next(), Channel: r.Channel, TradeNo: r.Number, OrderID: o.ID,
-		Amount: r.Amount, Status: notify.StatusSuccess, RequestID: requestid.From(ctx), CreatedAt: clock.Now()}
-	return notify.Applied, tx.WithContext(ctx).Create(&p).Error
+	s.orders.PayUpdates(ctx, b, paid)
+	if err := b.Send(ctx); database.IsDuplicateKey(err) {
+		// Another trade's payment of the order committed first: its stock confirmations hold
+		// the movements' unique key. Run again, and find the order paid (refuse).
+		return 0, fmt.Errorf("%w: %w", idempotent.ErrStale, err)
+	} else if err != nil {
+		return 0, err
+	}
+	return notify.Applied, nil
 }
 
 // refuse answers a report for order o, which had moved on. The channel gets success either
@@ -102,18 +121,22 @@ func (s *Service) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (noti
 // partially refunded, REFUNDED — and changes nothing: a copy that outlived its dedup record
 // must never be taken for a payment after close and refunded a second time (I13). Another
 // trade paying a paid order is a duplicate_payment; a payment of a cancelled or closed order a
-// paid_after_close: kept as anomalies, each refunded once through its channel (I5).
-func (s *Service) refuse(ctx context.Context, tx *gorm.DB, o order.Order, r notify.Report) (notify.Outcome, error) {
+// paid_after_close: kept as anomalies — a new row, before the record — each refunded once
+// through its channel (I5).
+func (s *Service) refuse(ctx context.Context, tx *gorm.DB, o order.Order, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
 	var a *anomaly.Anomaly
 	switch {
 	case o.PaidBy(r.Channel, r.Number):
-		return notify.Duplicate, nil
+		return notify.Duplicate, record(notify.Duplicate)
 	case o.Status == order.Paid || o.Status == order.Refunded:
 		a = kept(anomaly.DuplicatePayment, o.ID, r, fmt.Sprintf("order %d was already paid by another trade; refund this one", o.ID))
 	default:
 		a = kept(anomaly.PaidAfterClose, o.ID, r, fmt.Sprintf("order %d is %s; refund the payment", o.ID, o.Status))
 	}
-	return notify.Kept, s.anomalies.Record(ctx, tx, *a)
+	if err := s.anomalies.Record(ctx, tx, *a); err != nil {
+		return 0, err
+	}
+	return notify.Kept, record(notify.Kept)
 }
 
 // kept is the anomaly of kind that keeps r, a report about order id.

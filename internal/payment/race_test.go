@@ -21,11 +21,15 @@ import (
 //
 // It runs twice, because MySQL/MariaDB plan that UPDATE differently by table contents:
 //   - few pending orders: the planner would range-scan idx_orders_status_expires, and two
-//     UPDATEs deadlocked on its next-key locks until Transition locked the row by primary key
-//     first; a deadlock that still happens is run again by the idempotency layer, never a 500;
-//   - many pending orders: the planner uses the primary key, the loser's UPDATE affects 0 rows
-//     after the winner commits, and its answer must come from the order's current state, not
-//     from the REPEATABLE READ snapshot its transaction took before it waited.
+//     UPDATEs deadlocked on its next-key locks until the transition was forced onto the
+//     primary key; a deadlock that still happens is run again by the idempotency layer, never
+//     a 500;
+//   - many pending orders: the planner uses the primary key.
+//
+// Either way the loser, which read the order PENDING_PAYMENT, meets the winner's stock
+// movements (their unique key) or a transition that changes no row once the winner commits:
+// its transaction runs again (idempotent.ErrStale), and its answer comes from the order's
+// state then, not from the REPEATABLE READ snapshot it took before it waited.
 func TestTwoTradesRaceForOneOrder(t *testing.T) {
 	testenv.RequireMySQL(t)
 	tests := []struct {
@@ -130,13 +134,20 @@ func waitForUpdates(t *testing.T, s *apptest.Server, n int) {
 	}
 	apptest.Eventually(t, 10*time.Second, "the payments queue on the order's row lock", func() (bool, string) {
 		var rows []struct{ DB, Info string }
+		var seen []string
 		err := s.DB.Raw("SELECT COALESCE(db, '') AS db, COALESCE(info, '') AS info FROM information_schema.processlist").Scan(&rows).Error
 		waiting := 0
 		for _, r := range rows {
-			if r.DB == dbName && (strings.HasPrefix(r.Info, "UPDATE `orders`") || strings.HasPrefix(r.Info, "SELECT `id` FROM `orders`")) {
+			// Each payment is one batch (database.Batch): the first waits on the held order
+			// row in its UPDATE orders, the second on the first's stock movements, whose
+			// unique key it meets before the order row.
+			if r.DB == dbName && (strings.HasPrefix(r.Info, "UPDATE orders FORCE INDEX") || strings.HasPrefix(r.Info, "INSERT INTO `inventory_movements`")) {
 				waiting++
 			}
+			if r.DB == dbName && r.Info != "" {
+				seen = append(seen, r.Info[:min(len(r.Info), 60)])
+			}
 		}
-		return err == nil && waiting == n, fmt.Sprintf("%d waiting (err %v)", waiting, err)
+		return err == nil && waiting == n, fmt.Sprintf("%d waiting (err %v): %q", waiting, err, seen)
 	})
 }

@@ -38,7 +38,16 @@ func NewReports(orders *order.Service, anomalies *anomaly.Recorder, events *outb
 // already ended this way is a duplicate; one that ended the other way (FAILED, then SUCCESS)
 // keeps its status — a terminal status never moves silently — and the channel's word is kept
 // on the row (channel_status) and as an anomaly refund_status_conflict, for an operator.
-func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report) (notify.Outcome, error) {
+func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
+	o, err := s.apply(ctx, tx, r)
+	if err != nil {
+		return 0, err
+	}
+	return o, record(o)
+}
+
+// apply is the change of Apply, which records its outcome after it.
+func (s *Reports) apply(ctx context.Context, tx *gorm.DB, r notify.Report) (notify.Outcome, error) {
 	to, final := target(r.Status)
 	if !final {
 		return notify.Ignored, nil

@@ -45,6 +45,9 @@ func Hold(tx *gorm.DB) *Batch {
 	return b
 }
 
+// Dialect is the dialect of the batch's transaction.
+func (b *Batch) Dialect() Dialect { return DialectOf(b.tx) }
+
 // Insert adds the INSERTs of values, each a row or a slice of rows of any table.
 func (b *Batch) Insert(ctx context.Context, values ...any) {
 	for _, v := range values {
@@ -97,7 +100,8 @@ func (b *Batch) fail(err error) {
 
 // Send sends the held statements and ends the batch: nil when every statement ran and every
 // conditional UPDATE changed a row; the first refusal of an UPDATE that changed none; or the
-// error of the statement that failed.
+// error of the statement that failed. On any error the statements before the one that
+// failed have run: the caller returns the error, and the transaction is rolled back.
 func (b *Batch) Send(ctx context.Context) error {
 	if b.pool == nil {
 		return b.failed
