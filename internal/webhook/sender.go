@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -324,19 +325,23 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 	if err := s.db.WithContext(ctx).Where("id = ?", c.EndpointID).Take(&e).Error; err != nil {
 		return fmt.Errorf("endpoint %d: %w", c.EndpointID, err)
 	}
-	held, release := s.hold(ctx, c)
+	held, sending, release := s.hold(ctx, c)
 	defer release()
 	res := s.send(held, e, ev, c.Attempts, c.skew)
+	sending.Store(false)
 	s.Metrics.attempt(e.ID, res)
 	return s.record(context.WithoutCancel(ctx), c, e, res)
 }
 
 // hold renews c's lease every Lease/3 until release is called, and returns the context of
-// the attempt: it is cancelled when the lease is lost (another sender holds it) or could not
+// the attempt, with a flag the caller clears once the attempt is answered: the context is
+// cancelled when the lease is lost (another sender holds it) or could not
 // be renewed for 2/3 of a lease, before it can expire under the attempt — an attempt is
 // abandoned rather than risk being sent by two senders at once.
-func (s *Sender) hold(ctx context.Context, c Claimed) (context.Context, func()) {
+func (s *Sender) hold(ctx context.Context, c Claimed) (context.Context, *atomic.Bool, func()) {
 	held, cancel := context.WithCancel(ctx)
+	var sending atomic.Bool // until the attempt is answered; the lease guards its record after
+	sending.Store(true)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -355,13 +360,17 @@ func (s *Sender) hold(ctx context.Context, c Claimed) (context.Context, func()) 
 			case err == nil && ok:
 				renewed = time.Now()
 			case err == nil, time.Since(renewed) > every*3/2:
-				slog.WarnContext(ctx, "webhook delivery: lease lost under its attempt; abandoning it", "delivery_id", c.ID, "err", err)
+				// Lost: taken by another sender, or — the attempt just recorded — given
+				// back. Only an attempt still waiting for its answer has anything to abandon.
+				if sending.Load() {
+					slog.WarnContext(ctx, "webhook delivery: lease lost under its attempt; abandoning it", "delivery_id", c.ID, "err", err)
+				}
 				cancel()
 				return
 			}
 		}
 	})
-	return held, func() { close(stop); wg.Wait(); cancel() }
+	return held, &sending, func() { close(stop); wg.Wait(); cancel() }
 }
 
 // renew moves c's lease to a full Lease from now, by the database's clock, if c still holds
