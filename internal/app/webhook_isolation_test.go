@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func TestStuckReceiversDelayOnlyThemselves(t *testing.T) {
 		_, _ = w.Write([]byte("ok"))
 	}))
 	t.Cleanup(healthy.Close)
-	register(t, s, healthy.URL, "order.created")
+	good := register(t, s, healthy.URL, "order.created")
 
 	// A reader of the feed, on the instances in turn, as a merchant's poller would.
 	listed := &arrivals{at: map[string]time.Time{}}
@@ -181,5 +182,21 @@ func TestStuckReceiversDelayOnlyThemselves(t *testing.T) {
 	}
 	if limit := time.Duration(margin * float64(deliveryTarget)); delivery > limit {
 		t.Errorf("events reached the healthy receiver %s (p99) after their commit, want within %s (target %s)", delivery, limit, deliveryTarget)
+	}
+
+	// The operator sees it in /metrics: the healthy endpoint's 2xx attempts on the instances
+	// that sent them, and on every instance the queues and the feed's lag.
+	var sent bool
+	for _, srv := range servers {
+		body := string(srv.Do(http.MethodGet, "/metrics", "", nil, nil).Body)
+		sent = sent || strings.Contains(body, `oncepay_webhook_attempts_total{endpoint_id="`+good.EndpointID+`",outcome="2xx"}`)
+		for _, want := range []string{`oncepay_webhook_queue_depth{endpoint_id="` + good.EndpointID + `",status="enabled"}`, "oncepay_webhook_feed_lag_seconds "} {
+			if !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	}
+	if !sent {
+		t.Errorf("no instance's /metrics counts the healthy endpoint's 2xx attempts")
 	}
 }
