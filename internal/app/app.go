@@ -270,18 +270,21 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	)
 	a.consumersReady = payments.Ready
 
-	// Webhooks (docs/contract.md): every instance sequences committed events into the feed and
-	// sends the deliveries that are due, under a lease per delivery in the database, so that
-	// none is sent twice at once and a killed instance's deliveries are picked up by the
-	// others; the feed is purged past ONCEPAY_EVENT_RETENTION.
+	// Webhooks (docs/contract.md): every instance sequences committed events into the feed and,
+	// apart from it, sends the deliveries that are due, each endpoint from its own queue, under
+	// a lease per delivery in the database that a heartbeat keeps while the attempt lasts, so
+	// that none is sent twice at once, a slow receiver delays only itself and a killed
+	// instance's deliveries are picked up by the others; the feed is purged past
+	// ONCEPAY_EVENT_RETENTION.
 	a.endpoints = webhook.NewEndpoints(a.DB, a.IDs)
 	a.feed = webhook.NewFeed(a.DB)
+	hookMetrics := webhook.NewMetrics(a.Registry, a.DB)
+	sequencer := webhook.NewSequencer(a.DB, a.IDs)
+	sequencer.Metrics = hookMetrics
+	sender := webhook.NewSender(a.DB, a.IDs, a.anomalies, cfg.WebhookSchedule, cfg.WebhookTimeout)
+	sender.Metrics = hookMetrics
 	a.runners = append(a.runners,
-		&webhook.Loop{
-			Sequencer: webhook.NewSequencer(a.DB, a.IDs),
-			Sender:    webhook.NewSender(a.DB, a.IDs, a.anomalies, cfg.WebhookSchedule, cfg.WebhookTimeout),
-			Interval:  cfg.WebhookInterval,
-		},
+		&webhook.Loop{Sequencer: sequencer, Sender: sender, Interval: cfg.WebhookInterval},
 		&jobs.Scheduled{Name: "purge-events", Interval: cfg.PurgeJobInterval, Guard: a.Guard, Job: func(ctx context.Context) (int64, error) {
 			return a.feed.Purge(ctx, cfg.EventRetention)
 		}},

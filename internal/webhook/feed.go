@@ -136,7 +136,9 @@ func decodeCursor(kind, c string) (int64, error) {
 
 // Purge deletes the events created before now − olderThan, with their deliveries and
 // attempts, in batches, and returns how many events it deleted. A delivery still pending is
-// kept, and so is its event: nothing is dropped while it may still be sent.
+// kept, and so is its event: nothing is dropped while it may still be sent — unless its
+// endpoint is disabled: a disabled endpoint sends nothing, and its pending deliveries expire
+// with the events' retention rather than keep them for ever.
 func (f *Feed) Purge(ctx context.Context, olderThan time.Duration) (int64, error) {
 	const batch = 1000
 	cutoff := clock.Now().Add(-olderThan)
@@ -144,7 +146,7 @@ func (f *Feed) Purge(ctx context.Context, olderThan time.Duration) (int64, error
 	if err := deleteBatches(ctx, db, "webhook_attempts", "sent_at < ?", cutoff, batch); err != nil {
 		return 0, err
 	}
-	if err := deleteBatches(ctx, db, "webhook_deliveries", "created_at < ? AND status <> 'pending'", cutoff, batch); err != nil {
+	if err := deleteBatches(ctx, db, "webhook_deliveries", "created_at < ? AND (status <> 'pending' OR endpoint_id IN (SELECT id FROM webhook_endpoints WHERE status = 'disabled'))", cutoff, batch); err != nil {
 		return 0, err
 	}
 	var purged int64

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -86,6 +87,16 @@ const SnippetBytes = 512
 // sent twice at once; a sender killed mid-attempt (kill -9) leaves a lease that expires, and
 // another sender sends the next attempt. The attempt's outcome is recorded only by the
 // lease's holder.
+//
+// Each endpoint is its own queue: a sender has at most PerEndpoint attempts in flight to one
+// endpoint and claims a delivery only when one of that endpoint's slots is free, right before
+// sending it. A receiver that hangs holds its own slots and nothing else: the other
+// endpoints' deliveries are claimed and sent as if it were not there. And a claimed delivery
+// never waits for a slot, so its lease is spent on its attempt alone; a heartbeat renews the
+// lease while the attempt and its record last, so that no other sender takes it meanwhile —
+// a delivery sent twice at once, a retry sent before its pause, an attempt answered 2xx sent
+// again (issue 27: 154–165 requests for 120 deliveries, with a lease that ran out while a
+// claimed delivery waited behind slower ones).
 type Sender struct {
 	db        *gorm.DB
 	ids       *ids.Generator
@@ -97,16 +108,23 @@ type Sender struct {
 	Schedule []time.Duration
 	// Timeout bounds one attempt: the receiver must answer within it.
 	Timeout time.Duration
-	// Lease is how long a claim keeps other senders off; it must outlast an attempt and its
-	// record (default 2 × Timeout + 5 s).
+	// Lease is how long a claim keeps other senders off without a heartbeat: the heartbeat
+	// renews it every Lease/3 while the attempt is in flight, so it bounds how long a killed
+	// sender's delivery waits for another one (default 2 × Timeout + 5 s).
 	Lease time.Duration
-	// Workers is the most attempts one sender has in flight.
-	Workers int
-	// BatchSize is the most deliveries claimed per poll.
+	// PerEndpoint is the most attempts this sender has in flight to one endpoint.
+	PerEndpoint int
+	// BatchSize is the most deliveries of one endpoint claimed per poll.
 	BatchSize int
 	// Jitter spreads a pause so that a receiver coming back is not hit by every retry at
 	// once; the default is ±20 %.
 	Jitter func(time.Duration) time.Duration
+	// Metrics counts the attempts; nil counts nothing.
+	Metrics *Metrics
+
+	mu   sync.Mutex
+	busy map[int64]int // attempts in flight (claimed, not yet recorded) per endpoint
+	wake chan struct{}
 }
 
 // NewSender returns a sender on db whose failures end as webhook_failing anomalies.
@@ -118,8 +136,9 @@ func NewSender(db *gorm.DB, gen *ids.Generator, anomalies *anomaly.Recorder, sch
 		// Redirects are not followed: a 3xx is not an acknowledgement, and following one
 		// would send a signed body to a URL nobody registered.
 		client:   &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		Schedule: schedule, Timeout: timeout, Lease: 2*timeout + 5*time.Second, Workers: 8, BatchSize: 100,
+		Schedule: schedule, Timeout: timeout, Lease: 2*timeout + 5*time.Second, PerEndpoint: 8, BatchSize: 100,
 		Jitter: func(d time.Duration) time.Duration { return time.Duration(float64(d) * (0.8 + 0.4*mrand.Float64())) },
+		busy:   map[int64]int{}, wake: make(chan struct{}, 1),
 	}
 }
 
@@ -133,70 +152,154 @@ type Claimed struct {
 	skew time.Duration
 }
 
-// Claim takes the leases of up to BatchSize due deliveries — pending, due, unleased or with an
-// expired lease, of an endpoint that is not disabled — and returns them. Each claim is a
-// conditional UPDATE carrying the attempt count the candidate was read with: of two senders
-// that read the same candidate only one matches, and rows affected decides. "Now" is the
-// database's clock, read once per claim: every sender compares every lease and due time with
-// the one clock they all share, so that a sender whose own clock runs ahead takes no lease
-// that is still held (docs/chaos.md, "Clock skew").
+// Claim takes the leases of due deliveries — pending, due, unleased or with an expired
+// lease, of an endpoint that is not disabled — as many per endpoint as the endpoint has free
+// slots (PerEndpoint, at most BatchSize), oldest due first, and returns them, each holding one
+// slot of its endpoint until Done. Each claim is a conditional UPDATE carrying the attempt
+// count the candidate was read with: of two senders that read the same candidate only one
+// matches, and rows affected decides. "Now" is the database's clock, read once per claim:
+// every sender compares every lease and due time with the one clock they all share, so that
+// a sender whose own clock runs ahead takes no lease that is still held (docs/chaos.md,
+// "Clock skew").
 func (s *Sender) Claim(ctx context.Context) ([]Claimed, error) {
 	now, err := database.Now(ctx, s.db)
 	if err != nil {
 		return nil, err
 	}
 	skew := now.Sub(clock.Now())
-	var due []Delivery
-	err = s.db.WithContext(ctx).Model(&Delivery{}).
-		Joins("JOIN webhook_endpoints e ON e.id = webhook_deliveries.endpoint_id AND e.status <> ?", Disabled).
-		Where("webhook_deliveries.status = ? AND webhook_deliveries.next_attempt_at <= ?", Pending, now).
-		Where("webhook_deliveries.locked_until IS NULL OR webhook_deliveries.locked_until < ?", now).
-		Order("webhook_deliveries.next_attempt_at").Limit(s.BatchSize).
-		Select("webhook_deliveries.*").Find(&due).Error
-	if err != nil {
+	var endpoints []int64
+	if err := s.due(ctx, now).Distinct().Pluck("webhook_deliveries.endpoint_id", &endpoints).Error; err != nil {
 		return nil, err
 	}
 	var out []Claimed
-	for _, d := range due {
-		token := s.holder + "-" + strconv.FormatInt(s.ids.Next(), 36)
-		until := now.Add(s.Lease)
-		res := s.db.WithContext(ctx).Model(&Delivery{}).
-			Where("id = ? AND status = ? AND attempts = ? AND next_attempt_at <= ?", d.ID, Pending, d.Attempts, now).
-			Where("locked_until IS NULL OR locked_until < ?", now).
-			Updates(map[string]any{
-				"locked_until": until, "locked_by": token, "updated_at": now,
-				"attempts": gorm.Expr("attempts + 1"), "round_attempts": gorm.Expr("round_attempts + 1"),
-			})
-		if res.Error != nil {
-			return out, res.Error
+	for _, ep := range endpoints {
+		free := s.free(ep)
+		if free == 0 {
+			continue // a receiver still busy with this sender's attempts: its own queue waits
 		}
-		if res.RowsAffected == 1 {
-			d.Attempts++
-			d.RoundAttempts++
-			d.LockedUntil, d.LockedBy = &until, &token
-			out = append(out, Claimed{Delivery: d, Token: token, skew: skew})
+		var due []Delivery
+		err := s.due(ctx, now).Where("webhook_deliveries.endpoint_id = ?", ep).
+			Order("webhook_deliveries.next_attempt_at").Limit(free).
+			Select("webhook_deliveries.*").Find(&due).Error
+		if err != nil {
+			return out, err
+		}
+		for _, d := range due {
+			c, ok, err := s.claim(ctx, d, now, skew)
+			if err != nil {
+				return out, err
+			}
+			if ok {
+				out = append(out, c)
+			}
 		}
 	}
 	return out, nil
 }
 
-// RunOnce claims the due deliveries and sends them, Workers at a time, and returns how many
-// it sent.
+// due is the query of the deliveries due at now that no live lease holds, of endpoints that
+// are not disabled.
+func (s *Sender) due(ctx context.Context, now time.Time) *gorm.DB {
+	return s.db.WithContext(ctx).Model(&Delivery{}).
+		Joins("JOIN webhook_endpoints e ON e.id = webhook_deliveries.endpoint_id AND e.status <> ?", Disabled).
+		Where("webhook_deliveries.status = ? AND webhook_deliveries.next_attempt_at <= ?", Pending, now).
+		Where("webhook_deliveries.locked_until IS NULL OR webhook_deliveries.locked_until < ?", now)
+}
+
+// claim takes d's lease by the conditional UPDATE, and one slot of its endpoint with it.
+func (s *Sender) claim(ctx context.Context, d Delivery, now time.Time, skew time.Duration) (Claimed, bool, error) {
+	token := s.holder + "-" + strconv.FormatInt(s.ids.Next(), 36)
+	until := now.Add(s.Lease)
+	res := s.db.WithContext(ctx).Model(&Delivery{}).
+		Where("id = ? AND status = ? AND attempts = ? AND next_attempt_at <= ?", d.ID, Pending, d.Attempts, now).
+		Where("locked_until IS NULL OR locked_until < ?", now).
+		Updates(map[string]any{
+			"locked_until": until, "locked_by": token, "updated_at": now,
+			"attempts": gorm.Expr("attempts + 1"), "round_attempts": gorm.Expr("round_attempts + 1"),
+		})
+	if res.Error != nil || res.RowsAffected != 1 {
+		return Claimed{}, false, res.Error
+	}
+	d.Attempts++
+	d.RoundAttempts++
+	d.LockedUntil, d.LockedBy = &until, &token
+	s.mu.Lock()
+	s.busy[d.EndpointID]++
+	s.mu.Unlock()
+	return Claimed{Delivery: d, Token: token, skew: skew}, true, nil
+}
+
+// free is how many more attempts this sender may start to endpoint now.
+func (s *Sender) free(endpoint int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return max(0, min(max(1, s.PerEndpoint)-s.busy[endpoint], s.BatchSize))
+}
+
+// Done gives back the slot c held: its endpoint may be sent another attempt.
+func (s *Sender) Done(c Claimed) {
+	s.mu.Lock()
+	if s.busy[c.EndpointID]--; s.busy[c.EndpointID] <= 0 {
+		delete(s.busy, c.EndpointID)
+	}
+	s.mu.Unlock()
+	s.Nudge()
+}
+
+// Nudge has Run look for due deliveries now rather than at its next poll: an event was just
+// fanned out, or a slot was given back.
+func (s *Sender) Nudge() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run sends due deliveries until ctx ends: it claims what each endpoint has room for, sends
+// each claimed delivery in a goroutine of its own, and looks again at once when nudged or
+// after interval. It never waits for an attempt, so a slow receiver delays nothing but its
+// own deliveries. Attempts in flight when ctx ends are abandoned (their requests cancelled)
+// and recorded, and Run returns once they are.
+func (s *Sender) Run(ctx context.Context, interval time.Duration) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		claimed, err := s.Claim(ctx)
+		if err != nil && ctx.Err() == nil {
+			slog.WarnContext(ctx, "webhook sender", "err", err)
+		}
+		for _, c := range claimed {
+			wg.Go(func() { s.deliverDone(ctx, c) })
+		}
+		if len(claimed) > 0 {
+			continue // some endpoint may have more due and slots to spare
+		}
+		select {
+		case <-ctx.Done():
+		case <-s.wake:
+		case <-time.After(interval):
+		}
+	}
+}
+
+// RunOnce claims the due deliveries and sends them, and returns how many it sent once every
+// attempt is recorded: one round of Run, for tests and tools that drive the sender by hand.
 func (s *Sender) RunOnce(ctx context.Context) (int, error) {
 	claimed, err := s.Claim(ctx)
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, max(1, s.Workers))
 	for _, c := range claimed {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := s.Deliver(ctx, c); err != nil && ctx.Err() == nil {
-				slog.WarnContext(ctx, "webhook delivery", "delivery_id", c.ID, "event_id", c.EventID, "err", err)
-			}
-		})
+		wg.Go(func() { s.deliverDone(ctx, c) })
 	}
 	wg.Wait()
 	return len(claimed), err
+}
+
+// deliverDone delivers c and gives its slot back.
+func (s *Sender) deliverDone(ctx context.Context, c Claimed) {
+	defer s.Done(c)
+	if err := s.Deliver(ctx, c); err != nil && ctx.Err() == nil {
+		slog.WarnContext(ctx, "webhook delivery", "delivery_id", c.ID, "event_id", c.EventID, "err", err)
+	}
 }
 
 // result is what one attempt came back with.
@@ -204,13 +307,15 @@ type result struct {
 	sentAt  time.Time
 	status  int
 	latency time.Duration
+	outcome string
 	err     string
 	snippet string
 }
 
 func (r result) ok() bool { return r.status >= 200 && r.status < 300 }
 
-// Deliver sends c's attempt and records it.
+// Deliver sends c's attempt and records it, under a heartbeat that keeps c's lease from the
+// moment it is sent to the moment it is recorded.
 func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 	var ev outbox.Event
 	if err := s.db.WithContext(ctx).Where("id = ?", c.EventID).Take(&ev).Error; err != nil {
@@ -220,8 +325,66 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 	if err := s.db.WithContext(ctx).Where("id = ?", c.EndpointID).Take(&e).Error; err != nil {
 		return fmt.Errorf("endpoint %d: %w", c.EndpointID, err)
 	}
-	res := s.send(ctx, e, ev, c.Attempts, c.skew)
+	held, sending, release := s.hold(ctx, c)
+	defer release()
+	res := s.send(held, e, ev, c.Attempts, c.skew)
+	sending.Store(false)
+	s.Metrics.attempt(e.ID, res)
 	return s.record(context.WithoutCancel(ctx), c, e, res)
+}
+
+// hold renews c's lease every Lease/3 until release is called, and returns the context of
+// the attempt, with a flag the caller clears once the attempt is answered: the context is
+// cancelled when the lease is lost (another sender holds it) or could not
+// be renewed for 2/3 of a lease, before it can expire under the attempt — an attempt is
+// abandoned rather than risk being sent by two senders at once.
+func (s *Sender) hold(ctx context.Context, c Claimed) (context.Context, *atomic.Bool, func()) {
+	held, cancel := context.WithCancel(ctx)
+	var sending atomic.Bool // until the attempt is answered; the lease guards its record after
+	sending.Store(true)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		every := max(s.Lease/3, 10*time.Millisecond)
+		renewed := time.Now()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			ok, err := s.renew(context.WithoutCancel(ctx), c, every)
+			switch {
+			case err == nil && ok:
+				renewed = time.Now()
+			case err == nil, time.Since(renewed) > every*3/2:
+				// Lost: taken by another sender, or — the attempt just recorded — given
+				// back. Only an attempt still waiting for its answer has anything to abandon.
+				if sending.Load() {
+					slog.WarnContext(ctx, "webhook delivery: lease lost under its attempt; abandoning it", "delivery_id", c.ID, "err", err)
+				}
+				cancel()
+				return
+			}
+		}
+	})
+	return held, &sending, func() { close(stop); wg.Wait(); cancel() }
+}
+
+// renew moves c's lease to a full Lease from now, by the database's clock, if c still holds
+// it; it reports whether it did.
+func (s *Sender) renew(ctx context.Context, c Claimed, within time.Duration) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	now, err := database.Now(ctx, s.db)
+	if err != nil {
+		return false, err
+	}
+	res := s.db.WithContext(ctx).Model(&Delivery{}).Where("id = ? AND locked_by = ?", c.ID, c.Token).
+		Update("locked_until", now.Add(s.Lease))
+	return res.RowsAffected == 1, res.Error
 }
 
 // send POSTs ev's payload to e, signed now by the database's clock (the instance's plus skew),
@@ -246,21 +409,24 @@ func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt 
 	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
 	req.Header.Set(HeaderSignature, Sign(e.Secrets(now), now, ev.Payload))
 	resp, err := s.client.Do(req)
-	r.latency = time.Since(start)
 	if err != nil {
-		r.err = err.Error()
+		r.latency, r.outcome, r.err = time.Since(start), OutcomeError, err.Error()
 		if errors.Is(err, context.DeadlineExceeded) {
-			r.err = fmt.Sprintf("no answer within %s", s.Timeout)
+			r.outcome, r.err = OutcomeTimeout, fmt.Sprintf("no answer within %s", s.Timeout)
 		}
 		return r
 	}
 	defer resp.Body.Close()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, SnippetBytes))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	// The latency includes the body read: a receiver that trickles its answer holds the
+	// attempt that long.
+	r.latency = time.Since(start)
 	r.status = resp.StatusCode
 	r.snippet = snippet(head)
+	r.outcome = OutcomeOK
 	if !r.ok() {
-		r.err = "HTTP " + strconv.Itoa(resp.StatusCode)
+		r.outcome, r.err = OutcomeStatus, "HTTP "+strconv.Itoa(resp.StatusCode)
 	}
 	return r
 }
@@ -275,10 +441,10 @@ func snippet(b []byte) string {
 
 // record writes c's attempt to the log and moves the delivery on, in one transaction: a 2xx
 // succeeds it (and a failing endpoint is enabled again); another answer schedules the next
-// attempt, or — after the last one — fails it, marks the endpoint failing and records a
-// webhook_failing anomaly. Only the lease's holder moves the delivery: a sender whose lease
-// expired while it waited, or whose delivery was redelivered meanwhile, still logs its attempt
-// but leaves the delivery to whoever holds it now.
+// attempt, or — after the last one — fails it and, if the endpoint was enabled, marks it
+// failing with a webhook_failing anomaly. Only the lease's holder moves the delivery: a sender
+// whose delivery was redelivered meanwhile still logs its attempt but leaves the delivery to
+// the new round.
 func (s *Sender) record(ctx context.Context, c Claimed, e Endpoint, r result) error {
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		a := Attempt{ID: s.ids.Next(), DeliveryID: c.ID, EndpointID: c.EndpointID, EventID: c.EventID, Attempt: c.Attempts,
@@ -302,8 +468,14 @@ func (s *Sender) record(ctx context.Context, c Claimed, e Endpoint, r result) er
 			cols["next_attempt_at"] = now.Add(s.Jitter(s.Schedule[c.RoundAttempts-1]))
 		}
 		res := tx.Model(&Delivery{}).Where("id = ? AND locked_by = ? AND round_attempts = ?", c.ID, c.Token, c.RoundAttempts).Updates(cols)
-		if res.Error != nil || res.RowsAffected == 0 {
+		if res.Error != nil {
 			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			// Redelivered while in flight: the new round is due already; only the lease, if
+			// still this one, is given back, so that it need not expire first.
+			return tx.Model(&Delivery{}).Where("id = ? AND locked_by = ?", c.ID, c.Token).
+				Updates(map[string]any{"locked_until": nil, "locked_by": nil}).Error
 		}
 		switch {
 		case r.ok():
@@ -316,21 +488,26 @@ func (s *Sender) record(ctx context.Context, c Claimed, e Endpoint, r result) er
 	})
 }
 
-// fail marks e failing and keeps the delivery that used up its schedule as an anomaly, for an
-// operator to redeliver once the receiver is mended: nothing is dropped silently.
+// fail marks e failing and keeps its outage as an anomaly, for an operator to redeliver once
+// the receiver is mended: nothing is dropped silently. One outage is one anomaly: only the
+// delivery that moves the endpoint from enabled to failing records it (rows affected
+// decides, so two instances failing deliveries at once record one), and the deliveries that
+// fail after it, while the endpoint stays failing, add none — a long outage raised one
+// anomaly per delivery, hundreds of them. The next 2xx enables the endpoint again, and a later
+// outage is a new anomaly, named by the event that opened it.
 func (s *Sender) fail(ctx context.Context, tx *gorm.DB, c Claimed, e Endpoint, r result) error {
 	now := clock.Now()
-	if err := tx.Model(&Endpoint{}).Where("id = ? AND status = ?", e.ID, Enabled).
-		Updates(map[string]any{"status": Failing, "updated_at": now}).Error; err != nil {
-		return err
+	res := tx.Model(&Endpoint{}).Where("id = ? AND status = ?", e.ID, Enabled).Updates(map[string]any{"status": Failing, "updated_at": now})
+	if res.Error != nil || res.RowsAffected == 0 {
+		return res.Error // failing already (this outage has its anomaly), or disabled
 	}
 	slog.WarnContext(ctx, "webhook delivery failed for its whole schedule; endpoint marked failing",
 		"endpoint_id", e.ID, "event_id", c.EventID, "attempts", c.Attempts, "last_error", r.err)
 	return s.anomalies.Record(ctx, tx, anomaly.Anomaly{
 		Kind: anomaly.WebhookFailing, Channel: "webhook", Space: "webhook",
 		TradeNo: ids.Format(e.ID) + "/" + ids.Format(c.EventID),
-		Detail: fmt.Sprintf("event %d to endpoint %d (%s) was not acknowledged after %d attempts; last: %s; redeliver it once the receiver answers 2xx",
-			c.EventID, e.ID, e.URL, c.RoundAttempts, r.err),
+		Detail: fmt.Sprintf("endpoint %d (%s) stopped acknowledging at %s: event %d was not acknowledged after %d attempts (last: %s), and every delivery that fails before the endpoint's next 2xx belongs to this outage; once the receiver answers 2xx, redeliver the endpoint's events from %s",
+			e.ID, e.URL, now.UTC().Format(time.RFC3339), c.EventID, c.RoundAttempts, r.err, c.CreatedAt.UTC().Format(time.RFC3339)),
 	})
 }
 

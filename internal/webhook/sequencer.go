@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -29,6 +30,8 @@ type Sequencer struct {
 	ids *ids.Generator
 	// BatchSize is the most events one transaction sequences.
 	BatchSize int
+	// Metrics observes each event's delay into the feed; nil observes nothing.
+	Metrics *Metrics
 }
 
 // NewSequencer returns the sequencer on db.
@@ -38,8 +41,9 @@ func NewSequencer(db *gorm.DB, gen *ids.Generator) *Sequencer {
 
 // pendingEvent is the part of an event the sequencer reads.
 type pendingEvent struct {
-	ID   int64
-	Type string
+	ID        int64
+	Type      string
+	CreatedAt time.Time
 }
 
 // Sequence gives the committed events without a seq theirs, oldest id first, and creates
@@ -57,7 +61,7 @@ func (s *Sequencer) Sequence(ctx context.Context) (int, error) {
 		//    committed data, so this read, made after the lock was granted, sees every event
 		//    that committed before it, and no other sequencer can be placing them now.
 		var batch []pendingEvent
-		err = tx.Model(&outbox.Event{}).Select("id, type").Where("seq IS NULL").Order("id").Limit(s.BatchSize).Scan(&batch).Error
+		err = tx.Model(&outbox.Event{}).Select("id, type, created_at").Where("seq IS NULL").Order("id").Limit(s.BatchSize).Scan(&batch).Error
 		if err != nil || len(batch) == 0 {
 			return err
 		}
@@ -129,6 +133,7 @@ func (s *Sequencer) fanOut(ctx context.Context, tx *gorm.DB, batch []pendingEven
 			}
 		}
 	}
+	s.Metrics.sequenced(now, batch)
 	if len(rows) == 0 {
 		return nil
 	}
