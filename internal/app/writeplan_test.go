@@ -83,6 +83,16 @@ func TestWritesArePlanned(t *testing.T) {
 		recordFirst(t, tx)
 		t.Logf("a trade report:\n%s", describeCmds(tx))
 	})
+
+	t.Run("cancel", func(t *testing.T) {
+		o := s.CreateOrder(t, apptest.AliceKey, "plan-cancel-"+apptest.RandHex(4), item)
+		tx := planOf(t, func() {
+			apptest.Must(t, s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", apptest.AliceKey, nil,
+				apptest.IdemKey("plan-cancel-it-"+apptest.RandHex(4))), http.StatusOK)
+		})
+		recordFirst(t, tx)
+		t.Logf("a cancel:\n%s", describeCmds(tx))
+	})
 }
 
 func describe(stmts []string) string {

@@ -176,14 +176,13 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 		}
 		return h.trades.BeforeCancel(ctx, userID, id)
 	}
-	_, _ = h.idem.Run(w, r, req, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-		o, err := h.orders.Cancel(ctx, tx, userID, id)
+	_, _ = h.idem.Run(w, r, req, func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
+		_, err := h.orders.Cancel(ctx, tx, userID, id, func(o Order) error {
+			return record(idemhttp.JSON(http.StatusOK, ViewOf(o)))
+		})
 		if err != nil {
-			return idempotent.Response{}, err
+			return err
 		}
-		if err := h.trades.CheckCancel(ctx, tx, id); err != nil {
-			return idempotent.Response{}, err
-		}
-		return idemhttp.JSON(http.StatusOK, ViewOf(o)), nil
-	}))
+		return h.trades.CheckCancel(ctx, tx, id)
+	})
 }

@@ -7,6 +7,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -179,23 +180,44 @@ func (s *Service) owned(ctx context.Context, db *gorm.DB, userID, id int64) (Ord
 }
 
 // Cancel moves userID's order id from PENDING_PAYMENT to CANCELLED and releases its stock, in
-// tx. An order that has moved on is ErrIllegalState with the order's current state.
-func (s *Service) Cancel(ctx context.Context, tx *gorm.DB, userID, id int64) (Order, error) {
+// tx, in the order it runs:
+//
+//  1. the order, a plain read: one that has moved on is ErrIllegalState with its state;
+//  2. one batch: the new rows — its order.cancelled event and its stock releases — then the
+//     dedup record of the cancelled order, written by record (nil writes none: the lab), then
+//     the contended rows: the conditional PENDING_PAYMENT → CANCELLED (I5) and the stock. An
+//     order that moved on since the read fails the transition, and the guard runs it all
+//     again (idempotent.ErrStale), to find it moved.
+func (s *Service) Cancel(ctx context.Context, tx *gorm.DB, userID, id int64, record func(Order) error) (Order, error) {
 	o, err := s.owned(ctx, tx, userID, id)
 	if err != nil {
 		return Order{}, err
 	}
-	moved, err := s.end(ctx, tx, o, Cancelled, "order.cancelled")
+	if o.Status != PendingPayment {
+		return Order{}, ErrIllegalState.Withf("order %d is %s; only %s orders can be cancelled", id, o.Status, PendingPayment)
+	}
+	o.Status, o.UpdatedAt = Cancelled, clock.Now().Truncate(time.Microsecond)
+	msg, ev, err := s.event(ctx, o, "order.cancelled")
 	if err != nil {
 		return Order{}, err
 	}
-	if !moved {
-		if o, err = s.orders.Current(ctx, tx, id); err != nil {
+	b := database.Hold(tx)
+	b.Insert(ctx, msg, ev, s.stock.Rows(inventory.Release, o.ID, lines(o)))
+	if record != nil {
+		if err := record(o); err != nil {
 			return Order{}, err
 		}
-		return Order{}, ErrIllegalState.Withf("order %d is %s; only %s orders can be cancelled", id, o.Status, PendingPayment)
 	}
-	return s.orders.Get(ctx, tx, id)
+	s.orders.TransitionIn(ctx, b, o.ID, Cancelled, map[string]any{"updated_at": o.UpdatedAt})
+	s.stock.Move(ctx, b, inventory.Release, lines(o))
+	if err := b.Send(ctx); database.IsDuplicateKey(err) {
+		// A close of the order committed first: its stock releases hold the movements'
+		// unique key. Run again, and find the order closed.
+		return Order{}, fmt.Errorf("%w: %w", idempotent.ErrStale, err)
+	} else if err != nil {
+		return Order{}, err
+	}
+	return o, nil
 }
 
 // Close moves an expired order from PENDING_PAYMENT to CLOSED and releases its stock, in a
@@ -220,14 +242,10 @@ func (s *Service) Close(ctx context.Context, id int64) (bool, error) {
 	return moved, err
 }
 
-// end moves o to CANCELLED or CLOSED, releases its stock and writes its event, or reports
-// false when the precondition turned it away.
-func (s *Service) end(ctx context.Context, tx *gorm.DB, o Order, to Status, event string) (bool, error) {
-	return s.endAt(ctx, tx, o, to, event, nil)
-}
-
-// endAt is end with extra columns set: a close stamps updated_at, its close time, with the
-// database's clock, which the chaos run's no_order_closed_early compares with expires_at.
+// endAt moves o to CLOSED (to), releases its stock and writes its event (event), or reports
+// false when the precondition turned it away; set adds columns: a close stamps updated_at,
+// its close time, with the database's clock, which the chaos run's no_order_closed_early
+// compares with expires_at.
 func (s *Service) endAt(ctx context.Context, tx *gorm.DB, o Order, to Status, event string, set map[string]any) (bool, error) {
 	moved, err := s.orders.Transition(ctx, tx, o.ID, to, set)
 	if err != nil || !moved {

@@ -65,7 +65,7 @@ func (l *Lab) cancelChannelFirst(w http.ResponseWriter, r *http.Request) {
 	}
 	// … and only then the key. The guard may refuse this request now; the trade stays closed.
 	_, _ = l.keyed.Do(w, r, key, body, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-		o, err := l.orders.Cancel(ctx, tx, userID, id)
+		o, err := l.orders.Cancel(ctx, tx, userID, id, nil)
 		if err != nil {
 			return idempotent.Response{}, err
 		}
