@@ -93,6 +93,16 @@ func TestWritesArePlanned(t *testing.T) {
 		recordFirst(t, tx)
 		t.Logf("a cancel:\n%s", describeCmds(tx))
 	})
+
+	t.Run("open a trade", func(t *testing.T) {
+		o := s.CreateOrder(t, apptest.AliceKey, "plan-pay-"+apptest.RandHex(4), item)
+		tx := planOf(t, func() {
+			apptest.Must(t, s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/payments", apptest.AliceKey, nil,
+				apptest.IdemKey("plan-pay-it-"+apptest.RandHex(4))), http.StatusCreated)
+		})
+		recordFirst(t, tx)
+		t.Logf("opening a trade:\n%s", describeCmds(tx))
+	})
 }
 
 func describe(stmts []string) string {

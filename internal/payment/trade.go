@@ -149,18 +149,20 @@ func (t *Trades) commitOpening(ctx context.Context, userID, id int64) (order.Ord
 }
 
 // Record stores the channel's answer on the order's trades row in tx — the guard's
-// transaction of POST /v1/orders/{order_id}/payments — and returns the API's view of it.
-// A trade a cancel closed meanwhile stays closed: the answer is then 409 illegal_state.
-func (t *Trades) Record(ctx context.Context, tx *gorm.DB, id int64, ct channel.Trade) (TradeView, error) {
-	res := tx.WithContext(ctx).Model(&Trade{}).Where("order_id = ? AND status <> ?", id, TradeClosed).
-		Updates(map[string]any{"trade_no": ct.TradeNo, "pay_url": ct.PayURL, "status": TradeOpen, "updated_at": clock.Now()})
-	switch {
-	case res.Error != nil:
-		return TradeView{}, res.Error
-	case res.RowsAffected == 0:
-		return TradeView{}, order.ErrIllegalState.Withf("order %d: its channel trade was closed by a cancel", id)
+// transaction of POST /v1/orders/{order_id}/payments — in one batch: the dedup record of the
+// API's view of the trade, written by record, then the trades row, the contended one. A trade
+// a cancel closed meanwhile stays closed: the answer is then 409 illegal_state, and the batch
+// rolls back with it.
+func (t *Trades) Record(ctx context.Context, tx *gorm.DB, id int64, ct channel.Trade, record func(TradeView) error) error {
+	b := database.Hold(tx)
+	view := TradeView{OrderID: ids.Format(id), Channel: t.channel, TradeNo: ct.TradeNo, PayURL: ct.PayURL, Status: ct.Status}
+	if err := record(view); err != nil {
+		return err
 	}
-	return TradeView{OrderID: ids.Format(id), Channel: t.channel, TradeNo: ct.TradeNo, PayURL: ct.PayURL, Status: ct.Status}, nil
+	b.Update(ctx, order.ErrIllegalState.Withf("order %d: its channel trade was closed by a cancel", id),
+		"UPDATE trades SET trade_no = ?, pay_url = ?, status = ?, updated_at = ? WHERE order_id = ? AND status <> ?",
+		ct.TradeNo, ct.PayURL, TradeOpen, clock.Now(), id, TradeClosed)
+	return b.Send(ctx)
 }
 
 // PendingWithTrade returns up to limit ids, after the id after, of PENDING_PAYMENT orders that

@@ -62,11 +62,9 @@ func (h *TradeHandler) Pay(w http.ResponseWriter, r *http.Request) {
 		ct, err = h.trades.Open(ctx, userID, id)
 		return err
 	}
-	_, _ = h.idem.Run(w, r, req, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-		view, err := h.trades.Record(ctx, tx, id, ct)
-		if err != nil {
-			return idempotent.Response{}, err
-		}
-		return idemhttp.JSON(http.StatusCreated, view), nil
-	}))
+	_, _ = h.idem.Run(w, r, req, func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
+		return h.trades.Record(ctx, tx, id, ct, func(view TradeView) error {
+			return record(idemhttp.JSON(http.StatusCreated, view))
+		})
+	})
 }
