@@ -80,6 +80,8 @@ type App struct {
 	bills     *jobs.Bills
 	endpoints *webhook.Endpoints
 	feed      *webhook.Feed
+	// webhookPolicy is where webhooks may connect, at registration and at every dial.
+	webhookPolicy webhook.AddressPolicy
 	handler   http.Handler
 	checks    []readyCheck
 	runners   []Runner
@@ -275,11 +277,12 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	// none is sent twice at once and a killed instance's deliveries are picked up by the
 	// others; the feed is purged past ONCEPAY_EVENT_RETENTION.
 	a.endpoints = webhook.NewEndpoints(a.DB, a.IDs)
+	a.webhookPolicy = webhookPolicy(ctx, cfg)
 	a.feed = webhook.NewFeed(a.DB)
 	a.runners = append(a.runners,
 		&webhook.Loop{
 			Sequencer: webhook.NewSequencer(a.DB, a.IDs),
-			Sender:    webhook.NewSender(a.DB, a.IDs, a.anomalies, cfg.WebhookSchedule, cfg.WebhookTimeout),
+			Sender:    webhook.NewSender(a.DB, a.IDs, a.anomalies, cfg.WebhookSchedule, cfg.WebhookTimeout).UsePolicy(a.webhookPolicy),
 			Interval:  cfg.WebhookInterval,
 		},
 		&jobs.Scheduled{Name: "purge-events", Interval: cfg.PurgeJobInterval, Guard: a.Guard, Job: func(ctx context.Context) (int64, error) {

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"log/slog"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -134,6 +135,7 @@ var everyVariable = map[string]string{
 	"ONCEPAY_WEBHOOK_INTERVAL":       "250ms",
 	"ONCEPAY_WEBHOOK_ROTATION_GRACE": "2h",
 	"ONCEPAY_WEBHOOK_DEV":            "true",
+	"ONCEPAY_WEBHOOK_ALLOW_CIDRS":    "10.20.0.0/16, fd12::/16",
 	"ONCEPAY_EVENT_RETENTION":        "100h",
 }
 
@@ -184,6 +186,7 @@ var everyVariableParsed = config.Config{
 	WebhookInterval:      250 * time.Millisecond,
 	WebhookRotationGrace: 2 * time.Hour,
 	WebhookDev:           true,
+	WebhookAllowCIDRs:    []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("fd12::/16")},
 	EventRetention:       100 * time.Hour,
 }
 
@@ -342,6 +345,11 @@ func TestLoadFromInvalid(t *testing.T) {
 			name:  "a channel name not in canonical form",
 			vars:  map[string]string{"ONCEPAY_CHANNELS": "alipay,WeChat"},
 			lines: [][]string{{"ONCEPAY_CHANNELS", `"WeChat"`, "lowercase"}},
+		},
+		{
+			name:  "an allowed webhook network that is not a CIDR",
+			vars:  map[string]string{"ONCEPAY_WEBHOOK_ALLOW_CIDRS": "10.0.0.0/8,10.1.2.3/16"},
+			lines: [][]string{{"ONCEPAY_WEBHOOK_ALLOW_CIDRS", "host bits", "10.1.0.0/16"}},
 		},
 		{
 			name:  "a channel listed twice",

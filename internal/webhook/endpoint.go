@@ -17,9 +17,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -117,48 +115,6 @@ func ViewOf(e Endpoint) EndpointView {
 	}
 }
 
-// URLPolicy says which receiver URLs are accepted.
-type URLPolicy struct {
-	// Dev allows http:// and loopback hosts (ONCEPAY_WEBHOOK_DEV): a receiver on the
-	// developer's machine. Outside dev a URL must be https and must not name a loopback,
-	// link-local or unspecified address, which would have oncepay call itself or its
-	// cloud's metadata service.
-	Dev bool
-}
-
-// Check returns the URL's problem, or nil.
-func (p URLPolicy) Check(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || u.Opaque != "" || len(raw) > 2048 {
-		return ErrInvalidURL.Withf("url must be an absolute http(s) URL of at most 2048 bytes, got %q", raw)
-	}
-	if u.User != nil || u.Fragment != "" {
-		return ErrInvalidURL.Withf("url must carry no user info and no fragment")
-	}
-	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && p.Dev:
-	case u.Scheme == "http":
-		return ErrInvalidURL.Withf("url must be https outside dev (ONCEPAY_WEBHOOK_DEV=true allows http for a local receiver)")
-	default:
-		return ErrInvalidURL.Withf("url scheme must be https, got %q", u.Scheme)
-	}
-	if !p.Dev && local(u.Hostname()) {
-		return ErrInvalidURL.Withf("url host %q is loopback, link-local or unspecified: only dev (ONCEPAY_WEBHOOK_DEV=true) sends there", u.Hostname())
-	}
-	return nil
-}
-
-// local reports whether host names this machine or a link-local address.
-func local(host string) bool {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && (ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified())
-}
-
 // CheckTypes returns the problem of a list of event types, or nil: 1..len(EventTypes) known
 // types, each once.
 func CheckTypes(field string, types []string) error {
@@ -195,7 +151,7 @@ type Endpoints struct {
 func NewEndpoints(db *gorm.DB, gen *ids.Generator) *Endpoints { return &Endpoints{db: db, ids: gen} }
 
 // Create registers an endpoint, enabled, with a fresh secret; url and types must have passed
-// URLPolicy.Check and CheckTypes.
+// AddressPolicy.CheckURL and CheckTypes.
 func (s *Endpoints) Create(ctx context.Context, rawURL, description string, types []string) (Endpoint, error) {
 	now := clock.Now().Truncate(time.Microsecond)
 	list, _ := json.Marshal(types)

@@ -77,7 +77,7 @@ func (f *fixture) endpoint(t *testing.T, url string, types ...string) webhook.En
 // sender returns a sender on db (a pool of its own stands for another instance) with a quick
 // schedule.
 func (f *fixture) sender(db *gorm.DB, schedule ...time.Duration) *webhook.Sender {
-	s := webhook.NewSender(db, f.gen, anomaly.NewRecorder(db, f.gen), schedule, 2*time.Second)
+	s := webhook.NewSender(db, f.gen, anomaly.NewRecorder(db, f.gen), schedule, 2*time.Second).UsePolicy(webhook.AddressPolicy{Dev: true})
 	s.Jitter = func(d time.Duration) time.Duration { return d }
 	return s
 }

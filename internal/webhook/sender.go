@@ -115,9 +115,9 @@ func NewSender(db *gorm.DB, gen *ids.Generator, anomalies *anomaly.Recorder, sch
 	_, _ = rand.Read(b)
 	return &Sender{
 		db: db, ids: gen, anomalies: anomalies, holder: hex.EncodeToString(b),
-		// Redirects are not followed: a 3xx is not an acknowledgement, and following one
-		// would send a signed body to a URL nobody registered.
-		client:   &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		// Public addresses only, checked on every connection, and no redirect followed
+		// (dial.go); UsePolicy sets the deployment's policy.
+		client:   AddressPolicy{}.Client(),
 		Schedule: schedule, Timeout: timeout, Lease: 2*timeout + 5*time.Second, Workers: 8, BatchSize: 100,
 		Jitter: func(d time.Duration) time.Duration { return time.Duration(float64(d) * (0.8 + 0.4*mrand.Float64())) },
 	}
