@@ -82,10 +82,10 @@ type App struct {
 	feed      *webhook.Feed
 	// webhookPolicy is where webhooks may connect, at registration and at every dial.
 	webhookPolicy webhook.AddressPolicy
-	handler   http.Handler
-	checks    []readyCheck
-	runners   []Runner
-	closers   []func() error
+	handler       http.Handler
+	checks        []readyCheck
+	runners       []Runner
+	closers       []func() error
 	// extra mounts the routes of Deps.Routes.
 	extra func(a *App, r chi.Router)
 	// consumersReady reports whether the Kafka consumers have joined their groups.
