@@ -228,12 +228,12 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 // within Timeout. The receiver checks the signed time against its own clock (five minutes,
 // Stripe's tolerance): signed with the clock of an instance ten minutes ahead, every attempt
 // of that instance was refused (docs/chaos.md, "Clock skew").
-func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt int, skew time.Duration) result {
+func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt int, skew time.Duration) (r result) {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	start := time.Now() // the latency's, on the monotonic clock
 	now := clock.Now().Add(skew)
-	r := result{sentAt: now}
+	r.sentAt = now
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(ev.Payload))
 	if err != nil {
 		r.err = err.Error()
@@ -246,7 +246,9 @@ func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt 
 	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
 	req.Header.Set(HeaderSignature, Sign(e.Secrets(now), now, ev.Payload))
 	resp, err := s.client.Do(req)
-	r.latency = time.Since(start)
+	// The latency ends when the answer is read: a receiver that sends its headers and trickles
+	// its body holds the attempt all that time (issue 27).
+	defer func() { r.latency = time.Since(start) }()
 	if err != nil {
 		r.err = err.Error()
 		if errors.Is(err, context.DeadlineExceeded) {
