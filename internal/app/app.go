@@ -88,6 +88,8 @@ type App struct {
 	closers       []func() error
 	// extra mounts the routes of Deps.Routes.
 	extra func(a *App, r chi.Router)
+	// Seeded are the demo users this start seeded and their keys, for the banner (seed.go).
+	Seeded []SeededUser
 	// consumersReady reports whether the Kafka consumers have joined their groups.
 	consumersReady func() bool
 }
