@@ -14,7 +14,7 @@ package webhook
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -134,11 +134,12 @@ func CheckTypes(field string, types []string) error {
 	return nil
 }
 
-// newSecret returns a fresh signing secret: whsec_ and 32 random bytes in hex.
+// newSecret returns a fresh signing secret as Standard Webhooks serialises one: whsec_ and 32
+// random bytes in standard base64 (the specification asks for 24 to 64).
 func newSecret() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
-	return "whsec_" + hex.EncodeToString(b)
+	return SecretPrefix + base64.StdEncoding.EncodeToString(b)
 }
 
 // Endpoints stores the merchant's endpoints.

@@ -100,9 +100,10 @@ func (f *fixture) sequence(t *testing.T) int {
 
 // hit is one request a receiver got.
 type hit struct {
-	eventID, attempt, signature string
-	body                        []byte
-	at                          time.Time
+	eventID, attempt, signature                   string
+	webhookID, webhookTimestamp, webhookSignature string
+	body                                          []byte
+	at                                            time.Time
 }
 
 // receiver is a test receiver: answer decides each request's status, and every request is
@@ -129,7 +130,9 @@ func newReceiver(t *testing.T, answer func(h hit, n int) int) *receiver {
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	h := hit{eventID: req.Header.Get(webhook.HeaderEventID), attempt: req.Header.Get(webhook.HeaderAttempt),
-		signature: req.Header.Get(webhook.HeaderSignature), body: body, at: time.Now()}
+		signature: req.Header.Get(webhook.HeaderSignature), body: body, at: time.Now(),
+		webhookID: req.Header.Get(webhook.HeaderWebhookID), webhookTimestamp: req.Header.Get(webhook.HeaderWebhookTimestamp),
+		webhookSignature: req.Header.Get(webhook.HeaderWebhookSignature)}
 	r.mu.Lock()
 	n := 0
 	for _, p := range r.hits {
@@ -206,4 +209,14 @@ func eventOf(t *testing.T, body []byte) outbox.Envelope {
 		t.Fatalf("event body %q: %v", body, err)
 	}
 	return e
+}
+
+// unix reads a webhook-timestamp.
+func unix(t *testing.T, s string) time.Time {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("webhook-timestamp %q: %v", s, err)
+	}
+	return time.Unix(n, 0)
 }

@@ -244,7 +244,10 @@ func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt 
 	req.Header.Set(HeaderEventID, ids.Format(ev.ID))
 	req.Header.Set(HeaderEventType, ev.Type)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
-	req.Header.Set(HeaderSignature, Sign(e.Secrets(now), now, ev.Payload))
+	req.Header.Set(HeaderSignature, Sign(e.Secrets(now), now, ev.Payload)) // legacy, until its removal is announced
+	req.Header.Set(HeaderWebhookID, ids.Format(ev.ID))
+	req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set(HeaderWebhookSignature, SignStandard(e.Secrets(now), ids.Format(ev.ID), now, ev.Payload))
 	resp, err := s.client.Do(req)
 	// The latency ends when the answer is read: a receiver that sends its headers and trickles
 	// its body holds the attempt all that time (issue 27).
