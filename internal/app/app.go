@@ -37,6 +37,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/platform/keyring"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -278,13 +279,22 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	// sends the deliveries that are due, under a lease per delivery in the database, so that
 	// none is sent twice at once and a killed instance's deliveries are picked up by the
 	// others; the feed is purged past ONCEPAY_EVENT_RETENTION.
-	a.endpoints = webhook.NewEndpoints(a.DB, a.IDs)
+	// Their signing secrets are sealed at rest under ONCEPAY_WEBHOOK_KEYS; rows in plain text
+	// (from before sealing) or under a key rotated out are sealed again at every start.
+	webhookKeys, err := keyring.Parse(cfg.WebhookKeys)
+	if err != nil {
+		return nil, fmt.Errorf("ONCEPAY_WEBHOOK_KEYS: %w", err)
+	}
+	a.endpoints = webhook.NewEndpoints(a.DB, a.IDs, webhookKeys)
+	if _, err := a.endpoints.Reseal(ctx); err != nil {
+		return nil, fmt.Errorf("seal webhook secrets: %w", err)
+	}
 	a.webhookPolicy = webhookPolicy(ctx, cfg)
 	a.feed = webhook.NewFeed(a.DB)
 	a.runners = append(a.runners,
 		&webhook.Loop{
 			Sequencer: webhook.NewSequencer(a.DB, a.IDs),
-			Sender:    webhook.NewSender(a.DB, a.IDs, a.anomalies, cfg.WebhookSchedule, cfg.WebhookTimeout).UsePolicy(a.webhookPolicy),
+			Sender:    webhook.NewSender(a.DB, a.IDs, a.anomalies, cfg.WebhookSchedule, cfg.WebhookTimeout).UsePolicy(a.webhookPolicy).UseKeys(webhookKeys),
 			Interval:  cfg.WebhookInterval,
 		},
 		&jobs.Scheduled{Name: "purge-events", Interval: cfg.PurgeJobInterval, Guard: a.Guard, Job: func(ctx context.Context) (int64, error) {

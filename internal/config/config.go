@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/oncepay/oncepay/internal/platform/keyring"
 )
 
 // RedisFailureMode says what the idempotency layers do when Redis cannot be reached.
@@ -178,6 +180,10 @@ type Config struct {
 	// passes the address policy's private, CGNAT, unique-local, link-local and loopback rules,
 	// never the metadata addresses (internal/webhook/addr.go). Empty: public addresses only.
 	WebhookAllowCIDRs []netip.Prefix `env:"-"`
+	// WebhookKeys is the key ring that seals the webhook signing secrets at rest
+	// ("kid:base64 of 32 bytes,…"; the first seals, all open: internal/platform/keyring).
+	// Default: keyring.DevKeys, a public key, with the embedded DB only; required otherwise.
+	WebhookKeys string `env:"ONCEPAY_WEBHOOK_KEYS"`
 	// EventRetention is how long events, deliveries and their attempts are kept
 	// (GET /v1/admin/events); the purge-events job deletes older ones.
 	EventRetention time.Duration `env:"ONCEPAY_EVENT_RETENTION" envDefault:"720h"`
@@ -290,6 +296,9 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if _, set := vars["ONCEPAY_SEED_DEMO"]; !set {
 		c.SeedDemo = c.EmbeddedDB()
+	}
+	if c.WebhookKeys == "" && c.EmbeddedDB() {
+		c.WebhookKeys = keyring.DevKeys
 	}
 	if _, set := vars["ONCEPAY_WEBHOOK_DEV"]; !set {
 		c.WebhookDev = c.EmbeddedDB()
@@ -474,6 +483,13 @@ func (c Config) validate() []error {
 	if c.SignatureTolerance < time.Second {
 		errs = append(errs, fmt.Errorf("ONCEPAY_SIGNATURE_TOLERANCE=%s is too short: a report's clock and ours differ by more than that; use at least 1s (default 5m)", c.SignatureTolerance))
 	}
+	if c.WebhookKeys == "" {
+		errs = append(errs, errors.New("ONCEPAY_WEBHOOK_KEYS is empty while ONCEPAY_MYSQL_DSN points at a real database: set the key ring that seals webhook secrets, such as main:$(openssl rand -base64 32)"))
+	} else if _, err := keyring.Parse(c.WebhookKeys); err != nil {
+		errs = append(errs, fmt.Errorf("ONCEPAY_WEBHOOK_KEYS: %v", err))
+	} else if !c.EmbeddedDB() && c.WebhookKeys == keyring.DevKeys {
+		errs = append(errs, errors.New("ONCEPAY_WEBHOOK_KEYS is the public dev key while ONCEPAY_MYSQL_DSN points at a real database: set a real key ring"))
+	}
 	if !c.EmbeddedDB() {
 		for _, ch := range c.Channels {
 			if strings.HasPrefix(ch.Secret, "dev-") && ch.Secret != c.ChannelSecret {
@@ -533,6 +549,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("webhook_rotation_grace", c.WebhookRotationGrace.String()),
 		slog.Bool("webhook_dev", c.WebhookDev),
 		slog.Any("webhook_allow_cidrs", c.WebhookAllowCIDRs),
+		slog.String("webhook_keys", mask(c.WebhookKeys, keyring.DevKeys)),
 		slog.String("event_retention", c.EventRetention.String()),
 	)
 }

@@ -196,7 +196,7 @@ func TestDialRefusesWhatResolvesToLoopbackAtSendTime(t *testing.T) {
 	id := f.announce(t, outbox.OrderPaid, map[string]string{"order_id": "1"})
 	f.sequence(t)
 	dns.set("rebind.example", "127.0.0.1")
-	s := webhook.NewSender(f.db, f.gen, f.anomalies, []time.Duration{time.Hour}, 2*time.Second).UsePolicy(policy)
+	s := webhook.NewSender(f.db, f.gen, f.anomalies, []time.Duration{time.Hour}, 2*time.Second).UsePolicy(policy).UseKeys(testKeys())
 	if n, err := s.RunOnce(context.Background()); n != 1 || err != nil {
 		t.Fatalf("sent %d (%v), want 1", n, err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/keyring"
 )
 
 // DeliveryStatus is where a delivery stands.
@@ -91,6 +92,7 @@ type Sender struct {
 	ids       *ids.Generator
 	anomalies *anomaly.Recorder
 	client    *http.Client
+	keys      *keyring.Ring // opens the endpoints' sealed secrets (secrets.go)
 	holder    string
 	// Schedule is the pause before each retry, after the first attempt; a delivery that is
 	// not acknowledged after len(Schedule)+1 attempts fails.
@@ -219,6 +221,9 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 	var e Endpoint
 	if err := s.db.WithContext(ctx).Where("id = ?", c.EndpointID).Take(&e).Error; err != nil {
 		return fmt.Errorf("endpoint %d: %w", c.EndpointID, err)
+	}
+	if err := open(s.keys, &e); err != nil {
+		return err
 	}
 	res := s.send(ctx, e, ev, c.Attempts, c.skew)
 	return s.record(context.WithoutCancel(ctx), c, e, res)
