@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -200,6 +202,7 @@ func (e *env) startCluster(ctx context.Context, name string, n int, extra ...str
 			"ONCEPAY_PUBLIC_URL=" + url,
 			"ONCEPAY_CHANNEL_SECRET=" + secret,
 			"ONCEPAY_ADMIN_KEY=" + c.adminKey,
+			"ONCEPAY_WEBHOOK_KEYS=" + webhookKeys(secret),
 			"ONCEPAY_SEED_DEMO=" + strconv.FormatBool(i == 0),
 		}, extra...))
 		if err != nil {
@@ -339,4 +342,11 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// webhookKeys is the servers' ONCEPAY_WEBHOOK_KEYS: one key, derived from the channel secret,
+// so that every server opens what another sealed.
+func webhookKeys(secret string) string {
+	sum := sha256.Sum256([]byte("webhook keys " + secret))
+	return "bench:" + base64.StdEncoding.EncodeToString(sum[:])
 }

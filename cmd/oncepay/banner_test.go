@@ -67,7 +67,7 @@ func TestBanner(t *testing.T) {
 				t.Fatalf("LoadFrom: %v", err)
 			}
 			var out bytes.Buffer
-			printBanner(&out, cfg)
+			printBanner(&out, cfg, nil)
 			banner := out.String()
 			assertNoSecret(t, "the banner", banner, testAdminKey, testChannelSecret)
 			for _, demo := range []string{"demo-alice-key", "demo-bob-key", config.DevAdminKey, config.DevChannelSecret} {

@@ -62,7 +62,7 @@ func serve(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	}
 	defer a.Close()
 	if cfg.SeedDemo {
-		printBanner(stdout, cfg)
+		printBanner(stdout, cfg, a.Seeded)
 	}
 	return a.Run(ctx, nil)
 }
@@ -80,35 +80,47 @@ func migrate(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	return nil
 }
 
-// printBanner prints the start-up banner: where the server listens and a curl to try. The
-// demo keys — the users' API keys, the admin key and the channel secret — are printed only
-// while both secrets are the public dev-* defaults; a configured secret is never printed,
-// not even a prefix of it, and then neither are the demo keys.
-func printBanner(w io.Writer, cfg config.Config) {
+// printBanner prints the start-up banner: where the server listens, the demo users' keys as
+// far as they may be shown, and a curl to try. The public demo keys, the admin key and the
+// channel secret are printed only while both secrets are the public dev-* defaults; a
+// configured secret is never printed, not even a prefix of it. On a real database the demo
+// users have random keys (app.seedDemo), printed here by the start that made them and never
+// again: they are stored only as hashes.
+func printBanner(w io.Writer, cfg config.Config, seeded []app.SeededUser) {
 	base := "http://localhost" + cfg.HTTPAddr
 	if cfg.HTTPAddr != "" && cfg.HTTPAddr[0] != ':' {
 		base = "http://" + cfg.HTTPAddr
 	}
 	fmt.Fprintf(w, "\noncepay is starting on %s with demo data:\n", base)
-	if cfg.DevSecrets() {
+	names := make([]string, len(app.DemoUsers))
+	for i, u := range app.DemoUsers {
+		names[i] = u.Name
+	}
+	switch {
+	case !cfg.EmbeddedDB() && len(seeded) == 0:
+		fmt.Fprintf(w, "  users %s already have API keys: they were printed once, by the start that made them\n", strings.Join(names, ", "))
+	case !cfg.EmbeddedDB():
+		for _, u := range seeded {
+			fmt.Fprintf(w, "  user %-6s API key %s (random, stored only as its hash: shown this once)\n", u.Name, u.APIKey)
+		}
+	case cfg.DevSecrets():
 		for _, u := range app.DemoUsers {
 			fmt.Fprintf(w, "  user %-6s API key %s\n", u.Name, u.APIKey)
 		}
+	default:
+		fmt.Fprintf(w, "  users %s seeded with the public demo keys of docs/contract.md (not printed because the secrets are configured)\n", strings.Join(names, ", "))
+	}
+	if cfg.DevSecrets() {
 		fmt.Fprintf(w, "  admin        key     %s\n", cfg.AdminKey)
 		fmt.Fprintf(w, "  channel secret       %s\n", cfg.ChannelSecret)
 	} else {
-		names := make([]string, len(app.DemoUsers))
-		for i, u := range app.DemoUsers {
-			names[i] = u.Name
-		}
-		fmt.Fprintf(w, "  users %s seeded; their keys are not shown because the secrets are configured\n", strings.Join(names, ", "))
 		fmt.Fprintf(w, "  admin key and channel secret: set from ONCEPAY_ADMIN_KEY and ONCEPAY_CHANNEL_SECRET (not shown)\n")
 	}
 	fmt.Fprintf(w, "\ntry:\n")
 	fmt.Fprintf(w, "  curl -s %s/healthz\n", base)
 	fmt.Fprintf(w, "  curl -s %s/v1/inventory/SKU-1001\n", base)
 	fmt.Fprintf(w, "  curl -s %s/v1/idempotency-policy\n", base)
-	if cfg.DevSecrets() {
+	if cfg.DevSecrets() && cfg.EmbeddedDB() {
 		fmt.Fprintf(w, "  curl -s -X POST -H 'Authorization: Bearer %s' %s/v1/idempotency-tokens\n", app.DemoUsers[0].APIKey, base)
 	}
 	fmt.Fprintln(w)

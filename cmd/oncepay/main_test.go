@@ -78,6 +78,7 @@ func TestBadConfigurationExits(t *testing.T) {
 			// The channel is named on purpose (embedded), so that only the secrets are wrong.
 			vars: map[string]string{"ONCEPAY_MYSQL_DSN": "root:@tcp(127.0.0.1:3306)/x", "ONCEPAY_CHANNEL_URL": "embedded"},
 			lines: [][]string{
+				{"ONCEPAY_WEBHOOK_KEYS is empty while ONCEPAY_MYSQL_DSN points at a real database"},
 				{"ONCEPAY_CHANNEL_SECRET is a dev-* default while ONCEPAY_MYSQL_DSN points at a real database"},
 				{"ONCEPAY_ADMIN_KEY is a dev-* default while ONCEPAY_MYSQL_DSN points at a real database"},
 			},
@@ -86,7 +87,8 @@ func TestBadConfigurationExits(t *testing.T) {
 			// A real database never gets the channel simulator, which pays any order, by default.
 			name: "MySQL without a channel URL",
 			vars: map[string]string{"ONCEPAY_MYSQL_DSN": "root:@tcp(127.0.0.1:3306)/x",
-				"ONCEPAY_CHANNEL_SECRET": "real-channel-secret", "ONCEPAY_ADMIN_KEY": "real-admin-key"},
+				"ONCEPAY_CHANNEL_SECRET": "real-channel-secret", "ONCEPAY_ADMIN_KEY": "real-admin-key",
+				"ONCEPAY_WEBHOOK_KEYS": "k:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="},
 			lines: [][]string{
 				{"ONCEPAY_CHANNEL_URL is empty while ONCEPAY_MYSQL_DSN points at a real database", "ONCEPAY_CHANNEL_URL=embedded"},
 			},

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/glebarez/sqlite v1.11.0
 	github.com/go-sql-driver/mysql v1.8.1
+	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/gorm v1.31.2
 )

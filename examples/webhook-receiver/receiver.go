@@ -10,18 +10,15 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -55,8 +52,8 @@ type Receiver struct {
 	// Secrets are the endpoint's signing secrets: the one from registration, and the new one
 	// during a rotation (both are accepted while oncepay signs with both).
 	Secrets []string
-	// Tolerance is how far the signed timestamp may lie from the receiver's clock: a
-	// captured request replayed later is refused, since its t is inside the MAC.
+	// Tolerance is how far the signed webhook-timestamp may lie from the receiver's clock: a
+	// captured request replayed later is refused, since the timestamp is inside the MAC.
 	Tolerance time.Duration
 	// Dedup, when false, skips the dedup record: the naive receiver of I16, for the drill.
 	Dedup bool
@@ -82,13 +79,14 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cannot read the body", http.StatusBadRequest)
 		return
 	}
-	if err := rc.Verify(r.Header.Get("Oncepay-Signature"), body, time.Now()); err != nil {
+	id, err := rc.Verify(r.Header, body, time.Now())
+	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	var ev Event
-	if err := json.Unmarshal(body, &ev); err != nil || ev.EventID == "" {
-		http.Error(w, "not an event", http.StatusBadRequest)
+	if err := json.Unmarshal(body, &ev); err != nil || ev.EventID != id {
+		http.Error(w, "not an event, or not the event webhook-id names", http.StatusBadRequest)
 		return
 	}
 	dup, err := rc.Process(r.Context(), ev)
@@ -101,42 +99,28 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(`{"duplicate":` + strconv.FormatBool(dup) + "}"))
 }
 
-// Verify checks header ("t=<unix>,v1=<hex>[,v1=<hex>]") against body: t within Tolerance of
-// now, and some v1 the HMAC-SHA256 of "<t>.<body>" under one of the secrets, compared in
-// constant time.
-func (rc *Receiver) Verify(header string, body []byte, now time.Time) error {
-	var ts string
-	var sigs [][]byte
-	for _, part := range strings.Split(header, ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
-		switch k {
-		case "t":
-			ts = v
-		case "v1":
-			if b, err := hex.DecodeString(v); err == nil {
-				sigs = append(sigs, b)
-			}
-		}
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return errSignature
+// Verify checks a delivery's Standard Webhooks headers against body with the specification's
+// own Go library (github.com/standard-webhooks/standard-webhooks/libraries): webhook-timestamp
+// within Tolerance of now (checked here, so that the tolerance is the receiver's), and some
+// "v1,<base64>" of the space-separated webhook-signature the HMAC-SHA256 of
+// "<webhook-id>.<webhook-timestamp>.<body>" under one of the secrets, compared in constant
+// time. It returns the signed webhook-id: the event id to deduplicate by, which the MAC covers.
+func (rc *Receiver) Verify(h http.Header, body []byte, now time.Time) (string, error) {
+	id := h.Get(standardwebhooks.HeaderWebhookID)
+	sec, err := strconv.ParseInt(h.Get(standardwebhooks.HeaderWebhookTimestamp), 10, 64)
+	if err != nil || id == "" {
+		return "", errSignature
 	}
 	if d := now.Sub(time.Unix(sec, 0)); d > rc.Tolerance || d < -rc.Tolerance {
-		return errors.New("timestamp outside the tolerance")
+		return "", errors.New("timestamp outside the tolerance")
 	}
 	for _, secret := range rc.Secrets {
-		mac := hmac.New(sha256.New, []byte(secret))
-		mac.Write([]byte(ts + "."))
-		mac.Write(body)
-		want := mac.Sum(nil)
-		for _, s := range sigs {
-			if hmac.Equal(s, want) {
-				return nil
-			}
+		wh, err := standardwebhooks.NewWebhook(secret)
+		if err == nil && wh.VerifyIgnoringTimestamp(body, h) == nil {
+			return id, nil
 		}
 	}
-	return errSignature
+	return "", errSignature
 }
 
 // Process acts on ev once, in one transaction: first the dedup record — a copy whose record

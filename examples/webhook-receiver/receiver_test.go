@@ -2,10 +2,9 @@ package main
 
 import (
 	"bytes"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,12 +18,18 @@ import (
 
 	"github.com/glebarez/sqlite"
 	gomysql "github.com/go-sql-driver/mysql"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
 
-const secret = "whsec_test"
+// The secrets of these tests, whsec_ and base64 as oncepay makes them.
+const (
+	secret      = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	otherSecret = "whsec_b3RoZXIgc2VjcmV0IG9mIDI0IGJ5dGVzIQ=="
+	newSecret   = "whsec_bmV3IHNlY3JldCBvZiBhdCBsZWFzdCAyNCBieXRlcw=="
+)
 
 // databases are the databases the receiver's tests run on: SQLite always, and a fresh
 // MySQL/MariaDB database when ONCEPAY_TEST_MYSQL_DSN is set (required with CI=true).
@@ -68,27 +73,39 @@ func databases(t *testing.T) map[string]*gorm.DB {
 	return out
 }
 
-// sign is oncepay's Oncepay-Signature of body at t with secrets.
-func sign(t time.Time, body []byte, secrets ...string) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	parts := []string{"t=" + ts}
+// sign is the Standard Webhooks headers of body at t with secrets, as oncepay sends them: the
+// event id as webhook-id, one v1 per secret, space-separated. It signs with the
+// specification's library, so that the receiver is checked against the specification and not
+// against a copy of its own code.
+func sign(t time.Time, body []byte, secrets ...string) http.Header {
+	var ev Event
+	_ = json.Unmarshal(body, &ev)
+	var sigs []string
 	for _, s := range secrets {
-		mac := hmac.New(sha256.New, []byte(s))
-		mac.Write([]byte(ts + "."))
-		mac.Write(body)
-		parts = append(parts, "v1="+hex.EncodeToString(mac.Sum(nil)))
+		wh, err := standardwebhooks.NewWebhook(s)
+		if err != nil {
+			panic(err)
+		}
+		sig, _ := wh.Sign(ev.EventID, t, body)
+		sigs = append(sigs, sig)
 	}
-	return strings.Join(parts, ",")
+	h := http.Header{}
+	h.Set("webhook-id", ev.EventID)
+	h.Set("webhook-timestamp", strconv.FormatInt(t.Unix(), 10))
+	h.Set("webhook-signature", strings.Join(sigs, " "))
+	return h
 }
 
 func paidEvent(id, orderID string) []byte {
 	return []byte(fmt.Sprintf(`{"event_id":%q,"type":"order.paid","created_at":"2026-12-01T12:00:00Z","data":{"order_id":%q,"status":"PAID"}}`, id, orderID))
 }
 
-func post(t *testing.T, h http.Handler, body []byte, signature string) int {
+func post(t *testing.T, h http.Handler, body []byte, headers http.Header) int {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodPost, "/webhooks", bytes.NewReader(body))
-	req.Header.Set("Oncepay-Signature", signature)
+	for k, v := range headers {
+		req.Header[k] = v
+	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec.Code
@@ -161,12 +178,17 @@ func TestSignatureAndTolerance(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := paidEvent("3001", "O-9")
-	for name, sig := range map[string]string{
-		"another secret":  sign(time.Now(), body, "whsec_other"),
-		"too old":         sign(time.Now().Add(-2*time.Minute), body, secret),
-		"from the future": sign(time.Now().Add(2*time.Minute), body, secret),
-		"no timestamp":    strings.SplitN(sign(time.Now(), body, secret), ",", 2)[1],
-		"empty":           "",
+	noTimestamp := sign(time.Now(), body, secret)
+	noTimestamp.Del("webhook-timestamp")
+	otherID := sign(time.Now(), body, secret)
+	otherID.Set("webhook-id", "3002")
+	for name, sig := range map[string]http.Header{
+		"another secret":            sign(time.Now(), body, otherSecret),
+		"too old":                   sign(time.Now().Add(-2*time.Minute), body, secret),
+		"from the future":           sign(time.Now().Add(2*time.Minute), body, secret),
+		"no timestamp":              noTimestamp,
+		"another id than the MAC's": otherID,
+		"empty":                     {},
 	} {
 		if code := post(t, rc, body, sig); code != 400 {
 			t.Errorf("%s: %d, want 400", name, code)
@@ -179,11 +201,11 @@ func TestSignatureAndTolerance(t *testing.T) {
 	if n := shipments(t, db, "O-9") + shipments(t, db, "O-8"); n != 0 {
 		t.Errorf("refused deliveries shipped %d times", n)
 	}
-	rotated := sign(time.Now(), body, "whsec_new", secret)
+	rotated := sign(time.Now(), body, newSecret, secret)
 	if code := post(t, rc, body, rotated); code != 200 {
 		t.Errorf("rotation header with the old secret second: %d, want 200", code)
 	}
-	rc.Secrets = []string{"whsec_new"}
+	rc.Secrets = []string{newSecret}
 	if code := post(t, rc, body, rotated); code != 200 {
 		t.Errorf("a receiver on the new secret: %d, want 200", code)
 	}
@@ -222,5 +244,22 @@ func TestFailedEffectKeepsNoRecord(t *testing.T) {
 	}
 	if n := shipments(t, db, "O-40"); n != 1 {
 		t.Errorf("the retry shipped %d times, want once", n)
+	}
+}
+
+// TestPublishedVector: the receiver accepts the specification's published test vector (its
+// libraries' TestWebhookSign) at its own timestamp, and refuses it with one byte changed.
+func TestPublishedVector(t *testing.T) {
+	rc := &Receiver{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, Tolerance: 5 * time.Minute}
+	h := http.Header{}
+	h.Set("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek")
+	h.Set("webhook-timestamp", "1614265330")
+	h.Set("webhook-signature", "v1,bm90IHRoaXMgb25l v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+	at := time.Unix(1614265330, 0)
+	if id, err := rc.Verify(h, []byte(`{"test": 2432232314}`), at); err != nil || id != "msg_p5jXN8AQM9LWM0D4loKWxJek" {
+		t.Errorf("the published vector: %q, %v; want it verified", id, err)
+	}
+	if _, err := rc.Verify(h, []byte(`{"test": 2432232315}`), at); err == nil {
+		t.Error("an altered body verified")
 	}
 }

@@ -97,6 +97,7 @@ func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg
 		"ONCEPAY_CHANNEL_URL=" + config.EmbeddedChannelURL,
 		"ONCEPAY_CHANNELS=" + channelList(cfg),
 		"ONCEPAY_ADMIN_KEY=" + cfg.AdminKey,
+		"ONCEPAY_WEBHOOK_KEYS=proc:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
 		"ONCEPAY_SEED_DEMO=" + strconv.FormatBool(cfg.SeedDemo),
 	}
 	logs := &testenv.SyncBuffer{}

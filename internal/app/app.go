@@ -37,6 +37,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/platform/keyring"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -80,12 +81,16 @@ type App struct {
 	bills     *jobs.Bills
 	endpoints *webhook.Endpoints
 	feed      *webhook.Feed
-	handler   http.Handler
-	checks    []readyCheck
-	runners   []Runner
-	closers   []func() error
+	// webhookPolicy is where webhooks may connect, at registration and at every dial.
+	webhookPolicy webhook.AddressPolicy
+	handler       http.Handler
+	checks        []readyCheck
+	runners       []Runner
+	closers       []func() error
 	// extra mounts the routes of Deps.Routes.
 	extra func(a *App, r chi.Router)
+	// Seeded are the demo users this start seeded and their keys, for the banner (seed.go).
+	Seeded []SeededUser
 	// consumersReady reports whether the Kafka consumers have joined their groups.
 	consumersReady func() bool
 }
@@ -275,13 +280,24 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	// a lease per delivery in the database that a heartbeat keeps while the attempt lasts, so
 	// that none is sent twice at once, a slow receiver delays only itself and a killed
 	// instance's deliveries are picked up by the others; the feed is purged past
-	// ONCEPAY_EVENT_RETENTION.
-	a.endpoints = webhook.NewEndpoints(a.DB, a.IDs)
+	// ONCEPAY_EVENT_RETENTION. Their signing secrets are sealed at rest under
+	// ONCEPAY_WEBHOOK_KEYS; rows in plain text (from before sealing) or under a key rotated out
+	// are sealed again at every start.
+	webhookKeys, err := keyring.Parse(cfg.WebhookKeys)
+	if err != nil {
+		return nil, fmt.Errorf("ONCEPAY_WEBHOOK_KEYS: %w", err)
+	}
+	a.endpoints = webhook.NewEndpoints(a.DB, a.IDs, webhookKeys)
+	if _, err := a.endpoints.Reseal(ctx); err != nil {
+		return nil, fmt.Errorf("seal webhook secrets: %w", err)
+	}
+	a.webhookPolicy = webhookPolicy(ctx, cfg)
 	a.feed = webhook.NewFeed(a.DB)
 	hookMetrics := webhook.NewMetrics(a.Registry, a.DB)
 	sequencer := webhook.NewSequencer(a.DB, a.IDs)
 	sequencer.Metrics = hookMetrics
-	sender := webhook.NewSender(a.DB, a.IDs, a.anomalies, cfg.WebhookSchedule, cfg.WebhookTimeout)
+	sender := webhook.NewSender(a.DB, a.IDs, a.anomalies, cfg.WebhookSchedule, cfg.WebhookTimeout).
+		UsePolicy(a.webhookPolicy).UseKeys(webhookKeys)
 	sender.Metrics = hookMetrics
 	a.runners = append(a.runners,
 		&webhook.Loop{Sequencer: sequencer, Sender: sender, Interval: cfg.WebhookInterval},

@@ -43,7 +43,7 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention, jobs.Channel{Trades: a.trades, Refunds: a.refunds, Bills: a.bills})
 	accounts := account.NewHandler(a.recharges, a.users, a.idem)
 	idemAdmin := idemadmin.New(a.Guard, KeyRequiredRoutes, a.Registry)
-	hooks := webhook.NewHandler(a.DB, a.IDs, a.endpoints, a.idem, webhook.URLPolicy{Dev: a.Config.WebhookDev}, a.Config.WebhookRotationGrace)
+	hooks := webhook.NewHandler(a.DB, a.IDs, a.endpoints, a.idem, a.webhookPolicy, a.Config.WebhookRotationGrace)
 	r.Route("/v1", func(r chi.Router) {
 		// Reading stock is public and naturally idempotent.
 		r.Mount("/inventory", inv.Routes())

@@ -252,9 +252,7 @@ func TestWebhookRefusals(t *testing.T) {
 	}
 	for name, body := range map[string]any{
 		"http outside dev":     map[string]any{"url": "http://example.com/hook", "event_types": []string{"order.paid"}},
-		"loopback":             map[string]any{"url": "https://127.0.0.1/hook", "event_types": []string{"order.paid"}},
-		"localhost":            map[string]any{"url": "https://localhost:8443/hook", "event_types": []string{"order.paid"}},
-		"metadata address":     map[string]any{"url": "https://169.254.169.254/latest", "event_types": []string{"order.paid"}},
+		"an invalid port":      map[string]any{"url": "https://example.com:99999/hook", "event_types": []string{"order.paid"}},
 		"not a url":            map[string]any{"url": "hook", "event_types": []string{"order.paid"}},
 		"unknown type":         map[string]any{"url": "https://example.com/hook", "event_types": []string{"order.shipped"}},
 		"no types":             map[string]any{"url": "https://example.com/hook", "event_types": []string{}},
@@ -288,6 +286,35 @@ func TestWebhookRefusals(t *testing.T) {
 		http.StatusBadRequest, "invalid_request")
 	for _, q := range []string{"?after=nope", "?limit=0", "?type=order.shipped", "?x=1", "?limit=1&limit=2"} {
 		apptest.WantProblem(t, s.Do(http.MethodGet, "/v1/admin/events"+q, apptest.AdminKey, nil, nil), http.StatusBadRequest, "invalid_request")
+	}
+}
+
+// TestWebhookAddressSpellings: outside dev, every spelling of a loopback, private, link-local,
+// unique-local or metadata address is refused 400 url_refused naming its rule, at registration
+// and by a PATCH of the URL, and nothing is stored (issue 27).
+func TestWebhookAddressSpellings(t *testing.T) {
+	s := apptest.StartHTTPOnly(t, func(c *config.Config) { c.WebhookDev = false })
+	e := register(t, s, "https://example.com/hook", "order.paid")
+	for _, u := range []string{
+		"https://10.0.0.7", "https://172.16.5.4", "https://192.168.1.20", "https://[fd00::1]", "https://127.1",
+		"https://2130706433", "https://0x7f000001", "https://0177.0.0.1", "https://[::1%25lo]",
+		"https://[::ffff:127.0.0.1%25lo]", "https://[fe80::1%25eth0]", "https://[::ffff:127.0.0.1]",
+		"https://100.100.100.200", "https://[fd00:ec2::254]", "https://169.254.169.254/latest",
+		"https://127.0.0.1/hook", "https://localhost:8443/hook", "https://100.64.0.9",
+	} {
+		t.Run(u, func(t *testing.T) {
+			r := s.Do(http.MethodPost, "/v1/admin/webhook-endpoints", apptest.AdminKey,
+				map[string]any{"url": u, "event_types": []string{"order.paid"}}, nil)
+			apptest.WantProblem(t, r, http.StatusBadRequest, "url_refused")
+			if d := r.Problem().Detail; !strings.Contains(d, "rule ") {
+				t.Errorf("detail %q names no rule", d)
+			}
+			apptest.WantProblem(t, s.Do(http.MethodPatch, "/v1/admin/webhook-endpoints/"+e.EndpointID, apptest.AdminKey,
+				map[string]any{"url": u}, nil), http.StatusBadRequest, "url_refused")
+		})
+	}
+	if n := s.Count(t, "webhook_endpoints", "url <> 'https://example.com/hook'"); n != 0 {
+		t.Errorf("%d refused URLs stored", n)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/oncepay/oncepay/internal/platform/keyring"
 )
 
 // RedisFailureMode says what the idempotency layers do when Redis cannot be reached.
@@ -45,8 +48,8 @@ const (
 // Config is every setting oncepay reads. The env tag names a field's variable and envDefault
 // its default, which an unset or blank variable gets (values are trimmed); github.com/caarlos0/env
 // parses them. A field without envDefault whose default depends on other settings gets it in
-// LoadFrom, which the field's comment says; env:"-" marks the two lists LoadFrom parses by hand
-// (ParseRedisAddrs, parseChannels). envHint is the advice of an integer's parse error.
+// LoadFrom, which the field's comment says; env:"-" marks the three lists LoadFrom parses by hand
+// (ParseRedisAddrs, parseChannels, parseCIDRs). envHint is the advice of an integer's parse error.
 type Config struct {
 	// HTTPAddr is the address the HTTP server listens on. Default: 127.0.0.1:8080 while
 	// either secret is its dev-* default, :8080 otherwise.
@@ -173,6 +176,14 @@ type Config struct {
 	// WebhookDev allows http:// and loopback webhook URLs, for a receiver on the developer's
 	// machine. Default: true with the embedded DB, else false (https, no loopback).
 	WebhookDev bool `env:"ONCEPAY_WEBHOOK_DEV"`
+	// WebhookAllowCIDRs are the private networks webhooks may be sent to: an address inside one
+	// passes the address policy's private, CGNAT, unique-local, link-local and loopback rules,
+	// never the metadata addresses (internal/webhook/addr.go). Empty: public addresses only.
+	WebhookAllowCIDRs []netip.Prefix `env:"-"`
+	// WebhookKeys is the key ring that seals the webhook signing secrets at rest
+	// ("kid:base64 of 32 bytes,…"; the first seals, all open: internal/platform/keyring).
+	// Default: keyring.DevKeys, a public key, with the embedded DB only; required otherwise.
+	WebhookKeys string `env:"ONCEPAY_WEBHOOK_KEYS"`
 	// EventRetention is how long events, deliveries and their attempts are kept
 	// (GET /v1/admin/events); the purge-events job deletes older ones.
 	EventRetention time.Duration `env:"ONCEPAY_EVENT_RETENTION" envDefault:"720h"`
@@ -280,8 +291,14 @@ func LoadFrom(lookup func(string) (string, bool)) (Config, error) {
 	if c.RedisAddrs, err = ParseRedisAddrs(get("ONCEPAY_REDIS_ADDR", "")); err != nil {
 		errs = append(errs, err)
 	}
+	if c.WebhookAllowCIDRs, err = parseCIDRs(get("ONCEPAY_WEBHOOK_ALLOW_CIDRS", "")); err != nil {
+		errs = append(errs, err)
+	}
 	if _, set := vars["ONCEPAY_SEED_DEMO"]; !set {
 		c.SeedDemo = c.EmbeddedDB()
+	}
+	if c.WebhookKeys == "" && c.EmbeddedDB() {
+		c.WebhookKeys = keyring.DevKeys
 	}
 	if _, set := vars["ONCEPAY_WEBHOOK_DEV"]; !set {
 		c.WebhookDev = c.EmbeddedDB()
@@ -466,6 +483,13 @@ func (c Config) validate() []error {
 	if c.SignatureTolerance < time.Second {
 		errs = append(errs, fmt.Errorf("ONCEPAY_SIGNATURE_TOLERANCE=%s is too short: a report's clock and ours differ by more than that; use at least 1s (default 5m)", c.SignatureTolerance))
 	}
+	if c.WebhookKeys == "" {
+		errs = append(errs, errors.New("ONCEPAY_WEBHOOK_KEYS is empty while ONCEPAY_MYSQL_DSN points at a real database: set the key ring that seals webhook secrets, such as main:$(openssl rand -base64 32)"))
+	} else if _, err := keyring.Parse(c.WebhookKeys); err != nil {
+		errs = append(errs, fmt.Errorf("ONCEPAY_WEBHOOK_KEYS: %v", err))
+	} else if !c.EmbeddedDB() && c.WebhookKeys == keyring.DevKeys {
+		errs = append(errs, errors.New("ONCEPAY_WEBHOOK_KEYS is the public dev key while ONCEPAY_MYSQL_DSN points at a real database: set a real key ring"))
+	}
 	if !c.EmbeddedDB() {
 		for _, ch := range c.Channels {
 			if strings.HasPrefix(ch.Secret, "dev-") && ch.Secret != c.ChannelSecret {
@@ -524,6 +548,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("webhook_interval", c.WebhookInterval.String()),
 		slog.String("webhook_rotation_grace", c.WebhookRotationGrace.String()),
 		slog.Bool("webhook_dev", c.WebhookDev),
+		slog.Any("webhook_allow_cidrs", c.WebhookAllowCIDRs),
+		slog.String("webhook_keys", mask(c.WebhookKeys, keyring.DevKeys)),
 		slog.String("event_retention", c.EventRetention.String()),
 	)
 }
@@ -708,4 +734,24 @@ func maskDSN(dsn string) string {
 		return dsn
 	}
 	return dsn[:colon+1] + "****" + dsn[at:]
+}
+
+// parseCIDRs reads ONCEPAY_WEBHOOK_ALLOW_CIDRS: a comma list of CIDRs, spaces trimmed, each
+// without host bits (10.1.2.3/16 is a typo for 10.1.0.0/16 or 10.1.2.3/32, not a guess).
+func parseCIDRs(raw string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(raw, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("ONCEPAY_WEBHOOK_ALLOW_CIDRS has %q, which is not a CIDR: use such as 10.20.0.0/16,fd12:3456::/48", f)
+		case p != p.Masked():
+			return nil, fmt.Errorf("ONCEPAY_WEBHOOK_ALLOW_CIDRS has %q, whose host bits are set: use %s", f, p.Masked())
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }

@@ -2,12 +2,14 @@ package config_test
 
 import (
 	"log/slog"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/platform/keyring"
 )
 
 // env turns a map into the lookup LoadFrom takes, so that no test reads the real environment.
@@ -22,7 +24,11 @@ func env(vars map[string]string) func(string) (string, bool) {
 var realSecrets = map[string]string{
 	"ONCEPAY_CHANNEL_SECRET": "s3cret-channel-value",
 	"ONCEPAY_ADMIN_KEY":      "s3cret-admin-value",
+	"ONCEPAY_WEBHOOK_KEYS":   testWebhookKeys,
 }
+
+// testWebhookKeys is a real-looking key ring (two keys, the first seals).
+const testWebhookKeys = "k2:UzNjcmV0UzNjcmV0UzNjcmV0UzNjcmV0UzNjcmV0ISE=,k1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
 
 // with returns base plus extra, without changing either.
 func with(base map[string]string, extra map[string]string) map[string]string {
@@ -84,6 +90,7 @@ func defaults() config.Config {
 		WebhookInterval:      500 * time.Millisecond,
 		WebhookRotationGrace: 24 * time.Hour,
 		WebhookDev:           true,
+		WebhookKeys:          keyring.DevKeys,
 		EventRetention:       720 * time.Hour,
 	}
 }
@@ -134,6 +141,8 @@ var everyVariable = map[string]string{
 	"ONCEPAY_WEBHOOK_INTERVAL":       "250ms",
 	"ONCEPAY_WEBHOOK_ROTATION_GRACE": "2h",
 	"ONCEPAY_WEBHOOK_DEV":            "true",
+	"ONCEPAY_WEBHOOK_ALLOW_CIDRS":    "10.20.0.0/16, fd12::/16",
+	"ONCEPAY_WEBHOOK_KEYS":           testWebhookKeys,
 	"ONCEPAY_EVENT_RETENTION":        "100h",
 }
 
@@ -184,6 +193,8 @@ var everyVariableParsed = config.Config{
 	WebhookInterval:      250 * time.Millisecond,
 	WebhookRotationGrace: 2 * time.Hour,
 	WebhookDev:           true,
+	WebhookAllowCIDRs:    []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("fd12::/16")},
+	WebhookKeys:          testWebhookKeys,
 	EventRetention:       100 * time.Hour,
 }
 
@@ -209,6 +220,7 @@ func TestLoadFromValid(t *testing.T) {
 				c.MySQLDSN = "u:p@tcp(db:3306)/x"
 				c.ChannelSecret, c.AdminKey = realSecrets["ONCEPAY_CHANNEL_SECRET"], realSecrets["ONCEPAY_ADMIN_KEY"]
 				c.SeedDemo, c.WebhookDev = false, false
+				c.WebhookKeys = testWebhookKeys
 				c.ChannelURL = "embedded"
 				c.HTTPAddr, c.PublicURL = ":8080", "http://localhost:8080"
 				for i := range c.Channels {
@@ -344,6 +356,21 @@ func TestLoadFromInvalid(t *testing.T) {
 			lines: [][]string{{"ONCEPAY_CHANNELS", `"WeChat"`, "lowercase"}},
 		},
 		{
+			name:  "an allowed webhook network that is not a CIDR",
+			vars:  map[string]string{"ONCEPAY_WEBHOOK_ALLOW_CIDRS": "10.0.0.0/8,10.1.2.3/16"},
+			lines: [][]string{{"ONCEPAY_WEBHOOK_ALLOW_CIDRS", "host bits", "10.1.0.0/16"}},
+		},
+		{
+			name:  "a webhook key ring that does not parse",
+			vars:  map[string]string{"ONCEPAY_WEBHOOK_KEYS": "k1:short"},
+			lines: [][]string{{"ONCEPAY_WEBHOOK_KEYS", "32 bytes"}},
+		},
+		{
+			name:  "a real database without a webhook key ring",
+			vars:  with(realSecrets, map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db)/x", "ONCEPAY_CHANNEL_URL": "embedded", "ONCEPAY_WEBHOOK_KEYS": ""}),
+			lines: [][]string{{"ONCEPAY_WEBHOOK_KEYS is empty", "openssl rand -base64 32"}},
+		},
+		{
 			name:  "a channel listed twice",
 			vars:  map[string]string{"ONCEPAY_CHANNELS": "alipay, alipay"},
 			lines: [][]string{{"ONCEPAY_CHANNELS", `"alipay" twice`}},
@@ -427,13 +454,14 @@ func TestLoadFromInvalid(t *testing.T) {
 			name: "dev secrets with a MySQL DSN",
 			vars: map[string]string{"ONCEPAY_MYSQL_DSN": "root:@tcp(127.0.0.1:3306)/x", "ONCEPAY_CHANNEL_URL": "embedded"},
 			lines: [][]string{
+				{"ONCEPAY_WEBHOOK_KEYS is empty", "ONCEPAY_MYSQL_DSN"},
 				{"ONCEPAY_CHANNEL_SECRET", "dev-*", "ONCEPAY_MYSQL_DSN"},
 				{"ONCEPAY_ADMIN_KEY", "dev-*", "ONCEPAY_MYSQL_DSN"},
 			},
 		},
 		{
 			name:  "one dev secret left with a MySQL DSN",
-			vars:  map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db)/x", "ONCEPAY_ADMIN_KEY": "real-admin-key", "ONCEPAY_CHANNEL_URL": "embedded"},
+			vars:  map[string]string{"ONCEPAY_MYSQL_DSN": "u:p@tcp(db)/x", "ONCEPAY_ADMIN_KEY": "real-admin-key", "ONCEPAY_CHANNEL_URL": "embedded", "ONCEPAY_WEBHOOK_KEYS": testWebhookKeys},
 			lines: [][]string{{"ONCEPAY_CHANNEL_SECRET", "dev-*"}},
 		},
 		{
@@ -596,7 +624,7 @@ func TestLogValueMasksSecrets(t *testing.T) {
 	for _, a := range cfg.LogValue().Group() {
 		attrs[a.Key] = a.Value.String()
 	}
-	for _, secret := range []string{password, realSecrets["ONCEPAY_CHANNEL_SECRET"], realSecrets["ONCEPAY_ADMIN_KEY"]} {
+	for _, secret := range []string{password, realSecrets["ONCEPAY_CHANNEL_SECRET"], realSecrets["ONCEPAY_ADMIN_KEY"], "UzNjcmV0UzNj"} {
 		for key, v := range attrs {
 			if strings.Contains(v, secret) || strings.Contains(v, secret[:4]) {
 				t.Errorf("log attribute %s=%q reveals the secret %q or its prefix %q", key, v, secret, secret[:4])
@@ -607,6 +635,7 @@ func TestLogValueMasksSecrets(t *testing.T) {
 		{"mysql_dsn", "oncepay:****@tcp(db.internal:3306)/oncepay?parseTime=true"},
 		{"channel_secret", "set (not shown)"},
 		{"admin_key", "set (not shown)"},
+		{"webhook_keys", "set (not shown)"},
 		{"lock_ttl", "30s"},
 		{"redis_addr", "embedded@127.0.0.1:16379"},
 		{"redis_db", "3"},
@@ -707,7 +736,7 @@ func TestLogValueShowsEverySetting(t *testing.T) {
 	// Secrets are masked (TestLogValueMasksSecrets); an embedded address is shown only when
 	// the embedded server is in use, which everyVariable turns off.
 	skip := map[string]bool{
-		"MySQLDSN": true, "ChannelSecret": true, "AdminKey": true, "Channels": true,
+		"MySQLDSN": true, "ChannelSecret": true, "AdminKey": true, "Channels": true, "WebhookKeys": true,
 		"EmbeddedRedisAddr": true, "EmbeddedKafkaAddr": true, "EmbeddedChannelAddr": true,
 	}
 	v := reflect.ValueOf(cfg)

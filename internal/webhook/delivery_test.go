@@ -206,7 +206,7 @@ func TestFailingForTheWholeSchedule(t *testing.T) {
 	}
 
 	mended.Store("yes", true)
-	h := webhook.NewHandler(f.db, f.gen, f.endpoints, nil, webhook.URLPolicy{Dev: true}, time.Hour)
+	h := webhook.NewHandler(f.db, f.gen, f.endpoints, nil, webhook.AddressPolicy{Dev: true}, time.Hour)
 	var queued int
 	err := f.db.Transaction(func(tx *gorm.DB) error {
 		var err error

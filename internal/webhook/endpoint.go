@@ -14,12 +14,10 @@ package webhook
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -30,6 +28,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/keyring"
 )
 
 // Status is where an endpoint stands.
@@ -63,12 +62,19 @@ type Endpoint struct {
 	// EventTypes is the JSON list of the types the endpoint is subscribed to.
 	EventTypes string
 	Status     Status
-	// Secret signs every attempt; it is stored as such because signing needs it, and it is
-	// shown only in the answer that creates or rotates it.
-	Secret string
+	// Secret signs every attempt; it is shown only in the answer that creates or rotates it.
+	// It is never stored as such: the row holds SealedSecret (secrets.go), and the store
+	// opens it when it reads the row.
+	Secret string `gorm:"-"`
 	// PreviousSecret signs beside Secret until PreviousExpiresAt, after a rotation, so that
 	// a receiver can switch secrets without refusing a delivery.
-	PreviousSecret    *string
+	PreviousSecret *string `gorm:"-"`
+	// SealedSecret and SealedPrevious are the secrets as stored: AES-256-GCM under the key
+	// SecretKeyID of ONCEPAY_WEBHOOK_KEYS, bound to the row. A nil SecretKeyID is a row from
+	// before sealing, in plain text until Endpoints.Reseal seals it.
+	SealedSecret      string  `gorm:"column:secret"`
+	SealedPrevious    *string `gorm:"column:previous_secret"`
+	SecretKeyID       *string `gorm:"column:secret_key_id"`
 	PreviousExpiresAt *time.Time
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
@@ -117,48 +123,6 @@ func ViewOf(e Endpoint) EndpointView {
 	}
 }
 
-// URLPolicy says which receiver URLs are accepted.
-type URLPolicy struct {
-	// Dev allows http:// and loopback hosts (ONCEPAY_WEBHOOK_DEV): a receiver on the
-	// developer's machine. Outside dev a URL must be https and must not name a loopback,
-	// link-local or unspecified address, which would have oncepay call itself or its
-	// cloud's metadata service.
-	Dev bool
-}
-
-// Check returns the URL's problem, or nil.
-func (p URLPolicy) Check(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || u.Opaque != "" || len(raw) > 2048 {
-		return ErrInvalidURL.Withf("url must be an absolute http(s) URL of at most 2048 bytes, got %q", raw)
-	}
-	if u.User != nil || u.Fragment != "" {
-		return ErrInvalidURL.Withf("url must carry no user info and no fragment")
-	}
-	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && p.Dev:
-	case u.Scheme == "http":
-		return ErrInvalidURL.Withf("url must be https outside dev (ONCEPAY_WEBHOOK_DEV=true allows http for a local receiver)")
-	default:
-		return ErrInvalidURL.Withf("url scheme must be https, got %q", u.Scheme)
-	}
-	if !p.Dev && local(u.Hostname()) {
-		return ErrInvalidURL.Withf("url host %q is loopback, link-local or unspecified: only dev (ONCEPAY_WEBHOOK_DEV=true) sends there", u.Hostname())
-	}
-	return nil
-}
-
-// local reports whether host names this machine or a link-local address.
-func local(host string) bool {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && (ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified())
-}
-
 // CheckTypes returns the problem of a list of event types, or nil: 1..len(EventTypes) known
 // types, each once.
 func CheckTypes(field string, types []string) error {
@@ -178,29 +142,35 @@ func CheckTypes(field string, types []string) error {
 	return nil
 }
 
-// newSecret returns a fresh signing secret: whsec_ and 32 random bytes in hex.
+// newSecret returns a fresh signing secret as Standard Webhooks serialises one: whsec_ and 32
+// random bytes in standard base64 (the specification asks for 24 to 64).
 func newSecret() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
-	return "whsec_" + hex.EncodeToString(b)
+	return SecretPrefix + base64.StdEncoding.EncodeToString(b)
 }
 
-// Endpoints stores the merchant's endpoints.
+// Endpoints stores the merchant's endpoints, their secrets sealed under keys.
 type Endpoints struct {
-	db  *gorm.DB
-	ids *ids.Generator
+	db   *gorm.DB
+	ids  *ids.Generator
+	keys *keyring.Ring
 }
 
-// NewEndpoints returns the endpoint store on db.
-func NewEndpoints(db *gorm.DB, gen *ids.Generator) *Endpoints { return &Endpoints{db: db, ids: gen} }
+// NewEndpoints returns the endpoint store on db, sealing secrets under keys
+// (ONCEPAY_WEBHOOK_KEYS).
+func NewEndpoints(db *gorm.DB, gen *ids.Generator, keys *keyring.Ring) *Endpoints {
+	return &Endpoints{db: db, ids: gen, keys: keys}
+}
 
 // Create registers an endpoint, enabled, with a fresh secret; url and types must have passed
-// URLPolicy.Check and CheckTypes.
+// AddressPolicy.CheckURL and CheckTypes.
 func (s *Endpoints) Create(ctx context.Context, rawURL, description string, types []string) (Endpoint, error) {
 	now := clock.Now().Truncate(time.Microsecond)
 	list, _ := json.Marshal(types)
 	e := Endpoint{ID: s.ids.Next(), URL: rawURL, Description: description, EventTypes: string(list), Status: Enabled,
 		Secret: newSecret(), CreatedAt: now, UpdatedAt: now}
+	seal(s.keys, &e)
 	return e, s.db.WithContext(ctx).Create(&e).Error
 }
 
@@ -211,13 +181,24 @@ func (s *Endpoints) Get(ctx context.Context, db *gorm.DB, id int64) (Endpoint, e
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return Endpoint{}, ErrNotFound
 	}
-	return e, err
+	if err != nil {
+		return Endpoint{}, err
+	}
+	return e, open(s.keys, &e)
 }
 
 // List returns every endpoint, oldest first.
 func (s *Endpoints) List(ctx context.Context) ([]Endpoint, error) {
 	var out []Endpoint
-	return out, s.db.WithContext(ctx).Order("id").Find(&out).Error
+	if err := s.db.WithContext(ctx).Order("id").Find(&out).Error; err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if err := open(s.keys, &out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Patch is the change of PATCH /v1/admin/webhook-endpoints/{endpoint_id}: nil fields stay.
@@ -259,9 +240,13 @@ func (s *Endpoints) Rotate(ctx context.Context, tx *gorm.DB, id int64, grace tim
 	}
 	now := clock.Now()
 	until := now.Add(grace)
-	secret := newSecret()
-	res := tx.WithContext(ctx).Model(&Endpoint{}).Where("id = ? AND secret = ?", id, e.Secret).Updates(map[string]any{
-		"secret": secret, "previous_secret": e.Secret, "previous_expires_at": until, "updated_at": now,
+	next := Endpoint{ID: id, Secret: newSecret(), PreviousSecret: &e.Secret}
+	seal(s.keys, &next)
+	// The stored (sealed) secret read above is the precondition: of two rotations at once
+	// only one matches.
+	res := tx.WithContext(ctx).Model(&Endpoint{}).Where("id = ? AND secret = ?", id, e.SealedSecret).Updates(map[string]any{
+		"secret": next.SealedSecret, "previous_secret": next.SealedPrevious, "secret_key_id": next.SecretKeyID,
+		"previous_expires_at": until, "updated_at": now,
 	})
 	switch {
 	case res.Error != nil:
@@ -269,5 +254,5 @@ func (s *Endpoints) Rotate(ctx context.Context, tx *gorm.DB, id int64, grace tim
 	case res.RowsAffected != 1:
 		return "", ErrRotatedMeanwhile
 	}
-	return secret, nil
+	return next.Secret, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/keyring"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 	"github.com/oncepay/oncepay/internal/webhook"
@@ -40,7 +42,7 @@ func newFixture(t *testing.T) *fixture {
 	db, dsn := testenv.DBWithDSN(t)
 	gen := apptest.IDs(t)
 	return &fixture{db: db, dsn: dsn, gen: gen, events: outbox.NewWriter(gen),
-		endpoints: webhook.NewEndpoints(db, gen), anomalies: anomaly.NewRecorder(db, gen)}
+		endpoints: webhook.NewEndpoints(db, gen, testKeys()), anomalies: anomaly.NewRecorder(db, gen)}
 }
 
 // announce commits one event of typ about data in a transaction of its own and returns its id.
@@ -77,7 +79,7 @@ func (f *fixture) endpoint(t *testing.T, url string, types ...string) webhook.En
 // sender returns a sender on db (a pool of its own stands for another instance) with a quick
 // schedule.
 func (f *fixture) sender(db *gorm.DB, schedule ...time.Duration) *webhook.Sender {
-	s := webhook.NewSender(db, f.gen, anomaly.NewRecorder(db, f.gen), schedule, 2*time.Second)
+	s := webhook.NewSender(db, f.gen, anomaly.NewRecorder(db, f.gen), schedule, 2*time.Second).UsePolicy(webhook.AddressPolicy{Dev: true}).UseKeys(testKeys())
 	s.Jitter = func(d time.Duration) time.Duration { return d }
 	return s
 }
@@ -100,9 +102,10 @@ func (f *fixture) sequence(t *testing.T) int {
 
 // hit is one request a receiver got.
 type hit struct {
-	eventID, attempt, signature string
-	body                        []byte
-	at                          time.Time
+	eventID, attempt, signature                   string
+	webhookID, webhookTimestamp, webhookSignature string
+	body                                          []byte
+	at                                            time.Time
 }
 
 // receiver is a test receiver: answer decides each request's status, and every request is
@@ -129,7 +132,9 @@ func newReceiver(t *testing.T, answer func(h hit, n int) int) *receiver {
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	h := hit{eventID: req.Header.Get(webhook.HeaderEventID), attempt: req.Header.Get(webhook.HeaderAttempt),
-		signature: req.Header.Get(webhook.HeaderSignature), body: body, at: time.Now()}
+		signature: req.Header.Get(webhook.HeaderSignature), body: body, at: time.Now(),
+		webhookID: req.Header.Get(webhook.HeaderWebhookID), webhookTimestamp: req.Header.Get(webhook.HeaderWebhookTimestamp),
+		webhookSignature: req.Header.Get(webhook.HeaderWebhookSignature)}
 	r.mu.Lock()
 	n := 0
 	for _, p := range r.hits {
@@ -206,4 +211,23 @@ func eventOf(t *testing.T, body []byte) outbox.Envelope {
 		t.Fatalf("event body %q: %v", body, err)
 	}
 	return e
+}
+
+// unix reads a webhook-timestamp.
+func unix(t *testing.T, s string) time.Time {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("webhook-timestamp %q: %v", s, err)
+	}
+	return time.Unix(n, 0)
+}
+
+// testKeys is the key ring of these tests.
+func testKeys() *keyring.Ring {
+	r, err := keyring.Parse("t1:" + base64.StdEncoding.EncodeToString([]byte("the test key of thirty-two bytes")))
+	if err != nil {
+		panic(err)
+	}
+	return r
 }

@@ -35,13 +35,13 @@ type Handler struct {
 	ids       *ids.Generator
 	endpoints *Endpoints
 	idem      *idemhttp.Adapter
-	policy    URLPolicy
+	policy    AddressPolicy
 	grace     time.Duration
 }
 
 // NewHandler returns the handler; grace is a rotation's default grace
 // (ONCEPAY_WEBHOOK_ROTATION_GRACE).
-func NewHandler(db *gorm.DB, gen *ids.Generator, endpoints *Endpoints, idem *idemhttp.Adapter, policy URLPolicy, grace time.Duration) *Handler {
+func NewHandler(db *gorm.DB, gen *ids.Generator, endpoints *Endpoints, idem *idemhttp.Adapter, policy AddressPolicy, grace time.Duration) *Handler {
 	return &Handler{db: db, ids: gen, endpoints: endpoints, idem: idem, policy: policy, grace: grace}
 }
 
@@ -75,7 +75,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, err)
 		return
 	}
-	if err := h.check(req.URL, req.EventTypes, req.Description); err != nil {
+	if err := h.check(r.Context(), req.URL, req.EventTypes, req.Description); err != nil {
 		web.WriteError(w, r, err)
 		return
 	}
@@ -91,8 +91,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 }
 
 // check validates a registration: its URL, its types and its description.
-func (h *Handler) check(rawURL string, types []string, description string) error {
-	if err := h.policy.Check(rawURL); err != nil {
+func (h *Handler) check(ctx context.Context, rawURL string, types []string, description string) error {
+	if err := h.policy.CheckURL(ctx, rawURL); err != nil {
 		return err
 	}
 	if err := CheckTypes("event_types", types); err != nil {
@@ -157,7 +157,7 @@ func (h *Handler) patch(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, err)
 		return
 	}
-	if err := h.checkPatch(req); err != nil {
+	if err := h.checkPatch(r.Context(), req); err != nil {
 		web.WriteError(w, r, err)
 		return
 	}
@@ -173,7 +173,7 @@ func (h *Handler) patch(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, ViewOf(e))
 }
 
-func (h *Handler) checkPatch(req patchRequest) error {
+func (h *Handler) checkPatch(ctx context.Context, req patchRequest) error {
 	if req.Status == nil && req.EventTypes == nil && req.URL == nil {
 		return apperr.ErrInvalidRequest.Withf("give at least one of status, event_types and url")
 	}
@@ -181,7 +181,7 @@ func (h *Handler) checkPatch(req patchRequest) error {
 		return apperr.ErrInvalidRequest.Withf("status must be enabled or disabled, got %q", *req.Status)
 	}
 	if req.URL != nil {
-		if err := h.policy.Check(*req.URL); err != nil {
+		if err := h.policy.CheckURL(ctx, *req.URL); err != nil {
 			return err
 		}
 	}

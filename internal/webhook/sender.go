@@ -25,6 +25,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
+	"github.com/oncepay/oncepay/internal/platform/keyring"
 )
 
 // DeliveryStatus is where a delivery stands.
@@ -102,6 +103,7 @@ type Sender struct {
 	ids       *ids.Generator
 	anomalies *anomaly.Recorder
 	client    *http.Client
+	keys      *keyring.Ring // opens the endpoints' sealed secrets (secrets.go)
 	holder    string
 	// Schedule is the pause before each retry, after the first attempt; a delivery that is
 	// not acknowledged after len(Schedule)+1 attempts fails.
@@ -133,9 +135,9 @@ func NewSender(db *gorm.DB, gen *ids.Generator, anomalies *anomaly.Recorder, sch
 	_, _ = rand.Read(b)
 	return &Sender{
 		db: db, ids: gen, anomalies: anomalies, holder: hex.EncodeToString(b),
-		// Redirects are not followed: a 3xx is not an acknowledgement, and following one
-		// would send a signed body to a URL nobody registered.
-		client:   &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		// Public addresses only, checked on every connection, and no redirect followed
+		// (dial.go); UsePolicy sets the deployment's policy.
+		client:   AddressPolicy{}.Client(),
 		Schedule: schedule, Timeout: timeout, Lease: 2*timeout + 5*time.Second, PerEndpoint: 8, BatchSize: 100,
 		Jitter: func(d time.Duration) time.Duration { return time.Duration(float64(d) * (0.8 + 0.4*mrand.Float64())) },
 		busy:   map[int64]int{}, wake: make(chan struct{}, 1),
@@ -325,6 +327,9 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 	if err := s.db.WithContext(ctx).Where("id = ?", c.EndpointID).Take(&e).Error; err != nil {
 		return fmt.Errorf("endpoint %d: %w", c.EndpointID, err)
 	}
+	if err := open(s.keys, &e); err != nil {
+		return err
+	}
 	held, sending, release := s.hold(ctx, c)
 	defer release()
 	res := s.send(held, e, ev, c.Attempts, c.skew)
@@ -391,12 +396,12 @@ func (s *Sender) renew(ctx context.Context, c Claimed, within time.Duration) (bo
 // within Timeout. The receiver checks the signed time against its own clock (five minutes,
 // Stripe's tolerance): signed with the clock of an instance ten minutes ahead, every attempt
 // of that instance was refused (docs/chaos.md, "Clock skew").
-func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt int, skew time.Duration) result {
+func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt int, skew time.Duration) (r result) {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	start := time.Now() // the latency's, on the monotonic clock
 	now := clock.Now().Add(skew)
-	r := result{sentAt: now}
+	r.sentAt = now
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(ev.Payload))
 	if err != nil {
 		r.err = err.Error()
@@ -407,7 +412,10 @@ func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt 
 	req.Header.Set(HeaderEventID, ids.Format(ev.ID))
 	req.Header.Set(HeaderEventType, ev.Type)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
-	req.Header.Set(HeaderSignature, Sign(e.Secrets(now), now, ev.Payload))
+	req.Header.Set(HeaderSignature, Sign(e.Secrets(now), now, ev.Payload)) // legacy, until its removal is announced
+	req.Header.Set(HeaderWebhookID, ids.Format(ev.ID))
+	req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set(HeaderWebhookSignature, SignStandard(e.Secrets(now), ids.Format(ev.ID), now, ev.Payload))
 	resp, err := s.client.Do(req)
 	if err != nil {
 		r.latency, r.outcome, r.err = time.Since(start), OutcomeError, err.Error()

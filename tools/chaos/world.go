@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
@@ -416,6 +418,8 @@ func (w *world) newInstance(n int, opts worldOptions) (*instance, error) {
 		"ONCEPAY_CHANNELS=simpay",
 		"ONCEPAY_CHANNEL_SECRET=" + w.secret,
 		"ONCEPAY_ADMIN_KEY=" + w.adminKey,
+		// Every instance seals and opens the webhook secrets with one key ring.
+		"ONCEPAY_WEBHOOK_KEYS=" + webhookKeys(w.secret),
 		"ONCEPAY_PUBLIC_URL=" + w.gw.base(),
 		"ONCEPAY_DATA_DIR=" + filepath.Join(w.dir, fmt.Sprintf("oncepay-%d", n)),
 		"ONCEPAY_SEED_DEMO=false",
@@ -501,4 +505,11 @@ func tail(s string, n int) string {
 		return s
 	}
 	return s[len(s)-n:]
+}
+
+// webhookKeys is the instances' ONCEPAY_WEBHOOK_KEYS: one key, derived from the run's channel
+// secret, so that every instance opens what another sealed.
+func webhookKeys(secret string) string {
+	sum := sha256.Sum256([]byte("webhook keys " + secret))
+	return "chaos:" + base64.StdEncoding.EncodeToString(sum[:])
 }

@@ -40,10 +40,22 @@ func BearerToken(r *http.Request) string {
 	return strings.TrimSpace(h[len(prefix):])
 }
 
+// ErrTwoAuthorizations is a request with more than one Authorization header: which one a
+// proxy, a cache or oncepay reads is anybody's guess, so none is (issue 27, like two
+// Idempotency-Key headers).
+var ErrTwoAuthorizations = apperr.ErrInvalidRequest.Withf("the Authorization header is given more than once; give it once")
+
+// oneAuthorization reports whether r carries at most one Authorization header line.
+func oneAuthorization(r *http.Request) bool { return len(r.Header.Values("Authorization")) <= 1 }
+
 // RequireUser lets through only requests whose bearer key belongs to a user.
 func RequireUser(a Authenticator) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !oneAuthorization(r) {
+				WriteError(w, r, ErrTwoAuthorizations)
+				return
+			}
 			key := BearerToken(r)
 			if key == "" {
 				WriteError(w, r, apperr.ErrUnauthorized)
@@ -65,6 +77,10 @@ func RequireUser(a Authenticator) func(http.Handler) http.Handler {
 func RequireAdmin(adminKey string, users Authenticator) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !oneAuthorization(r) {
+				WriteError(w, r, ErrTwoAuthorizations)
+				return
+			}
 			key := BearerToken(r)
 			if key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(adminKey)) == 1 {
 				next.ServeHTTP(w, r)

@@ -363,6 +363,22 @@ func TestRequireAdmin(t *testing.T) {
 	}
 }
 
+// TestTwoAuthorizationsAre400: two Authorization header lines are refused 400 on user and
+// admin routes, whichever comes first — the admin key first must not let a request through
+// that a proxy may have read as the user's, or the other way round (issue 27).
+func TestTwoAuthorizationsAre400(t *testing.T) {
+	for name, mw := range map[string]func(http.Handler) http.Handler{
+		"user": web.RequireUser(users), "admin": web.RequireAdmin(adminKey, users),
+	} {
+		for _, pair := range [][2]string{{"Bearer " + aliceKey, "Bearer " + adminKey}, {"Bearer " + adminKey, "Bearer " + aliceKey}, {"Bearer " + aliceKey, "Bearer " + aliceKey}} {
+			req := httptest.NewRequest(http.MethodGet, "/v1/x", nil)
+			req.Header.Add("Authorization", pair[0])
+			req.Header.Add("Authorization", pair[1])
+			t.Run(name, func(t *testing.T) { readProblem(t, serve(mw(whoAmI), req), http.StatusBadRequest, "invalid_request") })
+		}
+	}
+}
+
 // TestProblemFor checks the one mapping from errors to problems: client errors keep their
 // status, code and detail; a deadline or an unreachable database is 503; anything else is a
 // 500 that reveals nothing.
