@@ -165,7 +165,7 @@ func (a *Adapter) Run(w http.ResponseWriter, r *http.Request, req idempotent.Req
 // r's instance and request id; logged as coming via http. Handlers that look at the guard's
 // answer before writing it (a trade_conflict) build their request with it.
 func Request(r *http.Request, key idempotent.Key, body []byte) idempotent.Request {
-	req := httpkey.Request(r, key, body) // an empty body and {} are one request
+	req := httpkey.Handler{}.Request(r, key, body) // an empty body and {} are one request
 	req.Reject = func(_ context.Context, err error) (idempotent.Response, bool) { return Problem(r, err) }
 	return req
 }
