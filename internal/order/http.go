@@ -99,9 +99,10 @@ type createRequest struct {
 }
 
 // create is POST /v1/orders, top to bottom: the key (read by the route's mark), the body
-// decoded and validated (a bad one stores nothing), then one transaction through the guard — Service.Create: the order's
-// new rows, the dedup record, the stock reserved last — and the answer written after the
-// commit. Not enough stock rolls the order back and answers out_of_stock, stored.
+// decoded and validated (a bad one stores nothing), then one transaction through the guard —
+// Service.Create: the order's new rows, the dedup record, the stock reserved last — and the
+// answer written after the commit. Not enough stock rolls the order back and answers
+// out_of_stock, stored.
 func (h *Handler) create(w http.ResponseWriter, r *http.Request, key idempotent.Key) {
 	body, err := web.ReadBody(r)
 	if err != nil {
@@ -151,12 +152,11 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 }
 
 // cancel is POST /v1/orders/{id}/cancel, top to bottom: the key (read by the route's mark),
-// then the guard — which
-// claims the key before anything else happens (I12) — runs its two phases. Before, under the
-// key's lease and outside any transaction, the order's channel trade is made unpayable
-// (TradeGate.BeforeCancel: closed at the channel, or its payment applied); then the guard's
-// transaction makes the conditional transition and checks that no trade was opened
-// meanwhile. A refused cancel (400, 409 in flight, 422 reused) touches nothing, at the
+// then the guard — which claims the key before anything else happens (I12) — runs its two
+// phases. Before, under the key's lease and outside any transaction, the order's channel trade
+// is made unpayable (TradeGate.BeforeCancel: closed at the channel, or its payment applied);
+// then the guard's transaction makes the conditional transition and checks that no trade was
+// opened meanwhile. A refused cancel (400, 409 in flight, 422 reused) touches nothing, at the
 // channel neither, and a replay answers from the stored outcome. An order that moved on (paid,
 // say) answers 409 illegal_state, stored and replayed; a channel that did not answer is a 503
 // that stores nothing, so the retry with the same key asks it again.

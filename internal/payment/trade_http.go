@@ -28,16 +28,15 @@ func NewTradeHandler(trades *Trades, idem httpkey.Handler) *TradeHandler {
 }
 
 // Pay is POST /v1/orders/{order_id}/payments, mounted with idem.KeyRequired, which reads its
-// key. Top to bottom: the key, an empty body (or {}),
-// then the guard — which claims the key before anything else happens (I12) — runs its two
-// phases. Before, under the key's lease and outside any transaction, the trade is opened at
-// the channel (Trades.Open: the OPENING row committed first, then the call, idempotent by
-// out_trade_no = the order id); then the guard's transaction records the channel's answer and
-// stores the 201. A refused request (400, 409 in flight, 422 reused) opens nothing, and a
-// replay answers from the stored outcome without calling the channel. A refusal of the open
-// (404, 409 illegal_state) is stored like an answer; a channel that did not answer is a 503
-// that stores nothing, so the retry with the same key asks the channel again with the same
-// number.
+// key. Top to bottom: the key, an empty body (or {}), then the guard — which claims the key
+// before anything else happens (I12) — runs its two phases. Before, under the key's lease and
+// outside any transaction, the trade is opened at the channel (Trades.Open: the OPENING row
+// committed first, then the call, idempotent by out_trade_no = the order id); then the guard's
+// transaction records the channel's answer and stores the 201. A refused request (400, 409 in
+// flight, 422 reused) opens nothing, and a replay answers from the stored outcome without
+// calling the channel. A refusal of the open (404, 409 illegal_state) is stored like an answer;
+// a channel that did not answer is a 503 that stores nothing, so the retry with the same key
+// asks the channel again with the same number.
 func (h *TradeHandler) Pay(w http.ResponseWriter, r *http.Request, key idempotent.Key) {
 	body, err := web.ReadBody(r)
 	if err == nil && len(body) > 0 {

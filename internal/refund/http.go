@@ -77,13 +77,12 @@ type createRequest struct {
 	Reason string `json:"reason"`
 }
 
-// Create is POST /v1/orders/{order_id}/refunds, mounted with idem.KeyRequired, which reads
-// its key. Top to bottom: the key, the body decoded and
-// validated, then the guard's transaction that commits the refund PENDING with its
-// out_refund_no (the recovery point, I8) and stores the 201; only after that commit, still
-// under the key's lease (After), is the channel called (Submit). The answer is the stored one
-// — the refund as committed — so a replay answers the same bytes and calls nothing;
-// GET /v1/refunds/{refund_id} shows where it went since.
+// Create is POST /v1/orders/{order_id}/refunds, mounted with idem.KeyRequired, which reads its
+// key. Top to bottom: the key, the body decoded and validated, then the guard's transaction
+// that commits the refund PENDING with its out_refund_no (the recovery point, I8) and stores
+// the 201; only after that commit, still under the key's lease (After), is the channel called
+// (Submit). The answer is the stored one — the refund as committed — so a replay answers the
+// same bytes and calls nothing; GET /v1/refunds/{refund_id} shows where it went since.
 func (h *Handler) Create(w http.ResponseWriter, r *http.Request, key idempotent.Key) {
 	body, req, err := decodeCreate(r)
 	if err != nil {
