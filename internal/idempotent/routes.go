@@ -131,7 +131,8 @@ func (m *Marks) MarkRejected(next http.Handler) http.Handler {
 }
 
 // marked reports whether r's path is a marked route's, as the router reads it (the escaped
-// path when there is one): each "{param}" of a pattern stands for one non-empty segment.
+// path when there is one): each "{param}" of a pattern stands for one segment, empty too, as
+// in chi.
 func (m *Marks) marked(r *http.Request) bool {
 	path := r.URL.RawPath
 	if path == "" {
@@ -152,11 +153,8 @@ func (m *Marks) marked(r *http.Request) bool {
 // matches reports whether segments fill pattern, segment by segment.
 func matches(pattern, segments []string) bool {
 	for i, p := range pattern {
-		if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
-			if segments[i] == "" {
-				return false
-			}
-		} else if p != segments[i] {
+		param := strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}")
+		if !param && p != segments[i] {
 			return false
 		}
 	}
