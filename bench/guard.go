@@ -12,7 +12,7 @@ import (
 	"github.com/oncepay/oncepay/idempotent"
 )
 
-// The headers of oncepay's HTTP contract (internal/idemhttp), spelled here so that the bench
+// The headers of oncepay's HTTP contract (idempotent/httpkey), spelled here so that the bench
 // depends on the core package only.
 const (
 	headerKey      = "Idempotency-Key"

@@ -3,8 +3,8 @@ package idempotent
 import "errors"
 
 // Error is a refusal of the idempotency protocol, with the stable code a client sees. The
-// package knows no transport: an adapter (oncepay's is internal/idemhttp) maps each code to
-// its status, e.g. 409 for idempotency_key_in_use.
+// package knows no transport: an adapter (the kit's net/http one is idempotent/httpkey) maps
+// each code to its status, e.g. 409 for idempotency_key_in_use.
 type Error struct {
 	// Code is the stable code of the contract, e.g. "idempotency_key_in_use".
 	Code string

@@ -9,7 +9,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -54,26 +55,28 @@ type AccountView struct {
 type Handler struct {
 	recharges *Recharges
 	users     *Users
-	idem      *idemhttp.Adapter
+	idem      httpkey.Handler
 }
 
 // NewHandler returns the account HTTP handler: users authenticate callers and idem makes the
 // writes exactly-once.
-func NewHandler(recharges *Recharges, users *Users, idem *idemhttp.Adapter) *Handler {
+func NewHandler(recharges *Recharges, users *Users, idem httpkey.Handler) *Handler {
 	return &Handler{recharges: recharges, users: users, idem: idem}
 }
 
 // RechargeRoutes serves the recharge routes, mounted at /v1/recharges:
 //
-//   - POST /notify: reports, the inbound port's handler (notify.Port.Handler(notify.Recharge));
-//   - POST /: the user, then createRecharge;
+//   - POST /notify: reports, the inbound port's handler (notify.Port.Handler(notify.Recharge)),
+//     marked idempotent by the report's own number (idem.ReportKeyed);
+//   - POST /: the user, then createRecharge, marked as requiring an Idempotency-Key
+//     (idem.KeyRequired);
 //   - GET /{recharge_id}: the user; reading is naturally idempotent.
 func (h *Handler) RechargeRoutes(reports http.Handler) chi.Router {
 	r := chi.NewRouter()
-	r.Method(http.MethodPost, "/notify", reports)
+	r.Method(http.MethodPost, "/notify", idem.ReportKeyed(reports))
 	r.Group(func(r chi.Router) {
 		r.Use(web.RequireUser(h.users))
-		r.Post("/", h.createRecharge)
+		r.Method(http.MethodPost, "/", idem.KeyRequired(h.idem, h.createRecharge))
 		r.Get("/{recharge_id}", h.getRecharge)
 	})
 	return r
@@ -87,22 +90,22 @@ func (h *Handler) AccountRoutes() chi.Router {
 }
 
 // createRecharge serves POST /v1/recharges {"amount":N}: 201 with the PENDING recharge. The
-// key and the body are checked first; a bad one stores nothing.
-func (h *Handler) createRecharge(w http.ResponseWriter, r *http.Request) {
-	key, body, err := idemhttp.KeyAndBody(r)
+// key (read by the route's mark) and the body are checked first; a bad one stores nothing.
+func (h *Handler) createRecharge(w http.ResponseWriter, r *http.Request, key idempotent.Key) {
+	body, err := web.ReadBody(r)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	var req struct {
 		Amount *int64 `json:"amount"`
 	}
 	if err := web.DecodeBytes(body, &req); err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	if req.Amount == nil || *req.Amount < 1 || *req.Amount > MaxAmount {
-		idemhttp.Reject(w, r, ErrInvalidAmount)
+		h.idem.Reject(w, r, ErrInvalidAmount)
 		return
 	}
 	userID, _ := web.UserID(r.Context())
@@ -111,7 +114,7 @@ func (h *Handler) createRecharge(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return idempotent.Response{}, err
 		}
-		return idemhttp.JSON(http.StatusCreated, rechargeView(rc), "Location", "/v1/recharges/"+ids.Format(rc.ID)), nil
+		return idem.JSON(http.StatusCreated, rechargeView(rc), "Location", "/v1/recharges/"+ids.Format(rc.ID)), nil
 	}))
 }
 

@@ -26,7 +26,7 @@ import (
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/database"
@@ -256,7 +256,7 @@ var strategies = []strategy{
 		pool := se.pools[i]
 		anomalies := anomaly.NewRecorder(pool, gen)
 		recharges := account.NewRecharges(pool, gen, account.NewLedger(pool, gen), anomalies, outbox.NewWriter(gen))
-		guard := idempotent.New(pool, rdb, idempotent.Config{Classify: idemhttp.Classify(pool), NewID: gen.Next})
+		guard := idempotent.New(pool, rdb, idempotent.Config{Classify: idem.Classify(pool), NewID: gen.Next})
 		port := notify.New(notify.Config{Guard: guard, DB: pool, Anomalies: anomalies, Secrets: map[string]string{"bench": "bench-secret"}},
 			map[notify.Kind]notify.Applier{notify.Recharge: recharges})
 		return (&oncepayStack{port: port}).credit

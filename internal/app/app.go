@@ -21,12 +21,13 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
 	"github.com/oncepay/oncepay/internal/notify"
@@ -68,7 +69,9 @@ type App struct {
 	Guard *idempotent.Guard
 	// Reports is the inbound port of channel reports.
 	Reports *notify.Port
-	idem    *idemhttp.Adapter
+	// idem and adminIdem are the kit's HTTP adapter with oncepay's settings, for the users'
+	// writes and the admin's.
+	idem, adminIdem httpkey.Handler
 
 	anomalies *anomaly.Recorder
 	users     *account.Users
@@ -192,14 +195,14 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		// The bench's switches and the chaos hook of ONCEPAY_CHAOS_PAYMENT_DELAY; zero, and the
 		// guard whole, without them.
 		Lab:       guardLab(deps.GuardLab, cfg),
-		Classify:  idemhttp.Classify(a.DB),
-		Reject:    idemhttp.StoredProblem,
+		Classify:  idem.Classify(a.DB),
+		Reject:    idem.StoredProblem,
 		NewID:     a.IDs.Next,
 		RequestID: requestid.From,
 		// The kit names its metrics idempotency_*; oncepay's /metrics has them as oncepay_*.
 		Registerer: prometheus.WrapRegistererWithPrefix("oncepay_", a.Registry),
 	})
-	a.idem = idemhttp.New(a.Guard)
+	a.idem, a.adminIdem = idem.HTTP(a.Guard), idem.AdminHTTP(a.Guard)
 
 	// Domain stores and services.
 	a.users = account.NewUsers(a.DB, a.IDs)

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/idemadmin"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
@@ -31,7 +31,7 @@ func TestRecordLookupListsAttempts(t *testing.T) {
 		t.Fatalf("retry: %s", retry)
 	}
 
-	var v idemadmin.RecordView
+	var v idem.RecordView
 	apptest.Must(t, s.Do(http.MethodGet, recordsPath(userSelector(aliceID(t, s), "diag-1")), s.Config.AdminKey, nil, nil), http.StatusOK).Decode(t, &v)
 	if len(v.Attempts) != 6 {
 		t.Fatalf("%d attempts listed, want the 6 sent: %+v", len(v.Attempts), v.Attempts)

@@ -16,9 +16,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	kafkax "github.com/oncepay/oncepay/internal/platform/kafka"
@@ -387,7 +387,7 @@ func TestHostileHTTP(t *testing.T) {
 	// Byte-exact: a key that differs in case is another key, and runs (not a replay).
 	t.Run("a key in another case is another key", func(t *testing.T) {
 		r := s.Do(http.MethodPost, "/v1/orders", apptest.AliceKey, order1002, key(strings.ToUpper(f.orderKey)))
-		if r.Status != http.StatusCreated || r.Outcome() != "executed" || r.Header.Get(idemhttp.HeaderReplayed) != "" {
+		if r.Status != http.StatusCreated || r.Outcome() != "executed" || r.Header.Get(httpkey.HeaderReplayed) != "" {
 			t.Fatalf("%s (outcome %q): want 201 executed, a new order", r, r.Outcome())
 		}
 		var v order.View

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/idemadmin"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
@@ -39,14 +38,15 @@ func aliceID(t *testing.T, s *apptest.Server) string {
 
 // TestIdempotencyPolicy: the policy is public, names the configured retention, and lists as
 // requiring a key exactly the routes api/openapi.yaml marks so — each of which does answer
-// 400 idempotency_key_missing without one.
+// 400 idempotency_key_missing without one. The list is read from the routes' marks
+// (idem.KeyRequired), and TestSpecOperations holds the spec to the same marks.
 func TestIdempotencyPolicy(t *testing.T) {
 	s := apptest.StartHTTPOnly(t, func(c *config.Config) { c.DedupRetention = 100 * time.Hour })
 	r := apptest.Must(t, s.Do(http.MethodGet, "/v1/idempotency-policy", "", nil, nil), http.StatusOK)
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q, want application/json", ct)
 	}
-	var p idemadmin.Policy
+	var p idem.Policy
 	r.Decode(t, &p)
 
 	if p.Header != "Idempotency-Key" || p.Key.MinLength != 1 || p.Key.MaxLength != 255 {
@@ -92,7 +92,7 @@ func TestIdempotencyPolicy(t *testing.T) {
 	if !slices.Equal(got, inSpec) {
 		t.Errorf("policy required_on %v, want the routes api/openapi.yaml marks: %v", got, inSpec)
 	}
-	for _, route := range app.KeyRequiredRoutes {
+	for _, route := range p.RequiredOn {
 		method, path, _ := strings.Cut(route, " ")
 		path = strings.ReplaceAll(path, "{order_id}", "1861234567890123456")
 		path = strings.ReplaceAll(path, "{endpoint_id}", "1861234567890123457")
@@ -121,9 +121,9 @@ func TestEvictStoredRefusal(t *testing.T) {
 		t.Fatalf("the retry after the refill: outcome %q, want replayed (the refusal is stored)", r.Outcome())
 	}
 
-	var rec idemadmin.RecordView
+	var rec idem.RecordView
 	apptest.Must(t, s.Do(http.MethodGet, recordsPath(userSelector(alice, key)), apptest.AdminKey, nil, nil), http.StatusOK).Decode(t, &rec)
-	want := idemadmin.RecordView{
+	want := idem.RecordView{
 		Scope: "user:" + alice, BizType: "idempotency-key", BizKey: key, UserID: alice,
 		Status: "COMPLETED", Outcome: "client_error", ResponseStatus: http.StatusConflict,
 		ResponseCode: "out_of_stock", Evictable: true,
@@ -138,7 +138,7 @@ func TestEvictStoredRefusal(t *testing.T) {
 		t.Errorf("GET record = %+v: want a fingerprint, a request id and timestamps", rec)
 	}
 
-	var evicted idemadmin.RecordView
+	var evicted idem.RecordView
 	apptest.Must(t, s.Do(http.MethodDelete, recordsPath(userSelector(alice, key)), apptest.AdminKey, nil, nil), http.StatusOK).Decode(t, &evicted)
 	if !evicted.Evicted || evicted.ResponseStatus != http.StatusConflict {
 		t.Errorf("DELETE answered %+v, want the evicted 409 record", evicted)
@@ -176,7 +176,7 @@ func TestEvictRefusesSuccess(t *testing.T) {
 	item := apptest.Item{SKU: "SKU-1002", Quantity: 1}
 	s.CreateOrder(t, apptest.AliceKey, key, item)
 
-	var rec idemadmin.RecordView
+	var rec idem.RecordView
 	apptest.Must(t, s.Do(http.MethodGet, recordsPath(userSelector(alice, key)), apptest.AdminKey, nil, nil), http.StatusOK).Decode(t, &rec)
 	if rec.Outcome != "success" || rec.Evictable || rec.ResponseStatus != http.StatusCreated {
 		t.Errorf("GET record = %+v, want a 201 success, not evictable", rec)
@@ -203,7 +203,7 @@ func TestIdempotencyRecordsNotifications(t *testing.T) {
 	apptest.WantProblem(t, s.Do(http.MethodGet, recordsPath(biz), apptest.AdminKey, nil, nil), http.StatusBadRequest, "invalid_request")
 
 	biz.Set("scope", "channel:wechat")
-	var rec idemadmin.RecordView
+	var rec idem.RecordView
 	apptest.Must(t, s.Do(http.MethodGet, recordsPath(biz), apptest.AdminKey, nil, nil), http.StatusOK).Decode(t, &rec)
 	if rec.Scope != "channel:wechat" || rec.BizKey != tradeNo || rec.Outcome != "success" || rec.UserID != "" {
 		t.Errorf("GET record = %+v, want wechat's successful payment", rec)

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"gopkg.in/yaml.v3"
 
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
@@ -76,22 +77,28 @@ func (s spec) routes() map[string]bool {
 	return out
 }
 
-// servedRoutes walks the router of a fresh instance and returns its routes as
-// "METHOD /path". A sub-router's root ("/v1/orders/") is served without the slash too, and
-// that is how the spec names it.
-func servedRoutes(t *testing.T) map[string]bool {
+// router returns the router of a fresh instance.
+func router(t *testing.T) chi.Routes {
 	t.Helper()
 	a := newApp(t, apptest.NewDeps(t))
 	mux, ok := a.Handler().(chi.Routes)
 	if !ok {
 		t.Fatalf("a.Handler() is a %T, not a chi router", a.Handler())
 	}
-	out := map[string]bool{}
-	err := chi.Walk(mux, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+	return mux
+}
+
+// servedRoutes walks the router of a fresh instance and returns its routes as
+// "METHOD /path", each with its mark (idem.KindOf; "" for an unmarked route). A sub-router's
+// root ("/v1/orders/") is served without the slash too, and that is how the spec names it.
+func servedRoutes(t *testing.T) map[string]idem.Kind {
+	t.Helper()
+	out := map[string]idem.Kind{}
+	err := chi.Walk(router(t), func(method, route string, h http.Handler, _ ...func(http.Handler) http.Handler) error {
 		if len(route) > 1 {
 			route = strings.TrimSuffix(route, "/")
 		}
-		out[method+" "+route] = true
+		out[method+" "+route] = idem.KindOf(h)
 		return nil
 	})
 	if err != nil {
@@ -100,9 +107,24 @@ func servedRoutes(t *testing.T) map[string]bool {
 	return out
 }
 
+// keyRequired returns the routes of a fresh instance marked as requiring an Idempotency-Key.
+func keyRequired(t *testing.T) map[string]bool {
+	t.Helper()
+	var marks idem.Marks
+	marks.Collect(router(t))
+	out := map[string]bool{}
+	for _, r := range marks.KeyRequired() {
+		out[r] = true
+	}
+	if !out["POST /v1/orders"] {
+		t.Fatalf("the marks name %v as requiring a key, not POST /v1/orders: the walk is broken", out)
+	}
+	return out
+}
+
 // compareRoutes lists every disagreement between the served routes, the spec's routes and
 // the allow-list of routes published ahead of the code.
-func compareRoutes(served, documented, ahead map[string]bool) []string {
+func compareRoutes[V any](served map[string]V, documented, ahead map[string]bool) []string {
 	var out []string
 	for r := range served {
 		if !documented[r] {
@@ -113,7 +135,7 @@ func compareRoutes(served, documented, ahead map[string]bool) []string {
 		}
 	}
 	for r := range documented {
-		if !served[r] && !ahead[r] {
+		if _, ok := served[r]; !ok && !ahead[r] {
 			out = append(out, fmt.Sprintf("%s is in api/openapi.yaml but not served: mount it, or fix the spec", r))
 		}
 	}
@@ -130,7 +152,8 @@ func compareRoutes(served, documented, ahead map[string]bool) []string {
 // router serves, in both directions.
 func TestSpecMatchesRouter(t *testing.T) {
 	served := servedRoutes(t)
-	if !served["GET /v1/inventory/{sku}"] || !served["GET /healthz"] {
+	_, inventory := served["GET /v1/inventory/{sku}"]
+	if _, healthz := served["GET /healthz"]; !inventory || !healthz {
 		t.Fatalf("walking the router found %v: the walk is broken", served)
 	}
 	for _, problem := range compareRoutes(served, loadSpec(t).routes(), notServedYet) {
@@ -239,16 +262,12 @@ var pathParam = regexp.MustCompile(`\{([^}]+)\}`)
 
 // TestSpecOperations checks what the contract requires of every operation: each response
 // carries X-Request-Id, errors are problem+json, each path parameter is declared, the
-// endpoints that require an Idempotency-Key declare it, and each route names the right
-// security scheme.
+// endpoints that require an Idempotency-Key — the routes mounted with that mark
+// (idem.KeyRequired) — declare it and no other does, and each route names the right security
+// scheme.
 func TestSpecOperations(t *testing.T) {
 	s := loadSpec(t)
-	idempotencyKeyRequired := map[string]bool{
-		"POST /v1/orders": true, "POST /v1/orders/{order_id}/cancel": true, "POST /v1/recharges": true,
-		"POST /v1/orders/{order_id}/payments": true, "POST /v1/orders/{order_id}/refunds": true,
-		"POST /v1/admin/webhook-endpoints/{endpoint_id}/rotate-secret": true,
-		"POST /v1/admin/webhook-endpoints/{endpoint_id}/redeliver":     true,
-	}
+	idempotencyKeyRequired := keyRequired(t)
 	for path, item := range s.Paths {
 		for method, op := range item {
 			name := strings.ToUpper(method) + " " + path

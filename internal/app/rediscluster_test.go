@@ -12,7 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/idemadmin"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 )
 
@@ -73,7 +73,7 @@ func TestRedisCluster(t *testing.T) {
 		for _, key := range keysOnEveryMaster(t, cluster, prefix, "user:"+alice, 1) {
 			sel := userSelector(alice, key)
 			apptest.WantProblem(t, s.PostOrder(apptest.AliceKey, key, big), http.StatusConflict, "out_of_stock")
-			var rec idemadmin.RecordView
+			var rec idem.RecordView
 			apptest.Must(t, s.Do(http.MethodGet, recordsPath(sel), apptest.AdminKey, nil, nil), http.StatusOK).Decode(t, &rec)
 			if rec.ResponseStatus != http.StatusConflict || !rec.Evictable {
 				t.Errorf("GET record of %s = %+v, want the evictable 409", key, rec)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/channelsim"
-	"github.com/oncepay/oncepay/internal/idemadmin"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
@@ -73,9 +73,9 @@ func TestRefusedCancelTouchesNothing(t *testing.T) {
 		return r.Status == http.StatusOK, r.String()
 	})
 	// The operator sees the key in progress, with its lease, although no record exists yet.
-	var inFlight idemadmin.RecordView
+	var inFlight idem.RecordView
 	apptest.Must(t, s.Do(http.MethodGet, "/v1/admin/idempotency-records?user_id="+userID+"&key=K-flight", apptest.AdminKey, nil, nil), http.StatusOK).Decode(t, &inFlight)
-	if inFlight.Outcome != idemadmin.OutcomeInProgress || inFlight.Status != "PROCESSING" || inFlight.LeaseRemainingMS <= 0 || inFlight.CreatedAt != nil {
+	if inFlight.Outcome != idem.OutcomeInProgress || inFlight.Status != "PROCESSING" || inFlight.LeaseRemainingMS <= 0 || inFlight.CreatedAt != nil {
 		t.Errorf("the key in flight looks up as %+v; want in_progress, PROCESSING, a lease and no record timestamps", inFlight)
 	}
 	apptest.WantProblem(t, cancelOrder(s, o.OrderID, "K-flight"), http.StatusConflict, "idempotency_key_in_use")

@@ -2,15 +2,13 @@ package app
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/oncepay/oncepay/internal/account"
-	"github.com/oncepay/oncepay/internal/idemadmin"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
 	"github.com/oncepay/oncepay/internal/notify"
@@ -22,13 +20,20 @@ import (
 )
 
 // routes is oncepay's URL map, in one place. Every write route states how it is idempotent:
-// naturally (absolute values), conditionally (state preconditions) or forced (an
-// Idempotency-Key or a business key through idempotent).
+// naturally (absolute values), conditionally (state preconditions) or forced — an
+// Idempotency-Key or a report's own number — which the route says once, with a mark where it
+// is mounted (idem.KeyRequired, idem.ReportKeyed). Every other fact of an idempotent route is
+// read from its mark: the rejected outcome of its early refusals, the policy's required_on,
+// the check of api/openapi.yaml; a test fails for a write route with no mark and no reason.
 func (a *App) routes(metrics *web.Metrics) http.Handler {
 	r := chi.NewRouter()
+	// The idempotent routes, read from their marks once every route below is mounted.
+	marks := new(idem.Marks)
 	// Every GET answers HEAD too (load balancers probe /healthz with HEAD): chi's GetHead
 	// routes a HEAD the router has no route for to the GET handler, which writes no body.
-	r.Use(web.RequestID, idemhttp.MarkRejected(idempotentRoute), metrics.Middleware, web.Recover, web.LimitBody, middleware.GetHead)
+	// marks.MarkRejected gives the refusals on an idempotent route's path that come before
+	// its key is read — 401, 405, 413 — Idempotency-Outcome: rejected.
+	r.Use(web.RequestID, marks.MarkRejected, metrics.Middleware, web.Recover, web.LimitBody, middleware.GetHead)
 	r.NotFound(web.NotFound)
 	r.MethodNotAllowed(web.MethodNotAllowed)
 
@@ -42,30 +47,30 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	refunds := refund.NewHandler(a.refunds, a.idem)
 	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention, jobs.Channel{Trades: a.trades, Refunds: a.refunds, Bills: a.bills})
 	accounts := account.NewHandler(a.recharges, a.users, a.idem)
-	idemAdmin := idemadmin.New(a.Guard, KeyRequiredRoutes, a.Registry)
-	hooks := webhook.NewHandler(a.DB, a.IDs, a.endpoints, a.idem, a.webhookPolicy, a.Config.WebhookRotationGrace)
+	idemAPI := idem.NewAPI(a.Guard, marks, a.Registry)
+	hooks := webhook.NewHandler(a.DB, a.IDs, a.endpoints, a.adminIdem, a.webhookPolicy, a.Config.WebhookRotationGrace)
 	r.Route("/v1", func(r chi.Router) {
 		// Reading stock is public and naturally idempotent.
 		r.Mount("/inventory", inv.Routes())
 
 		// The published idempotency policy (IETF Idempotency-Key draft): public, a read.
-		r.Get("/idempotency-policy", idemAdmin.PolicyHandler)
+		r.Get("/idempotency-policy", idemAPI.PolicyHandler)
 
 		// One-time tokens for forms (I7): a token is the Idempotency-Key of one submission.
-		r.With(web.RequireUser(a.users)).Post("/idempotency-tokens", a.idem.TokenHandler)
+		r.With(web.RequireUser(a.users)).Post("/idempotency-tokens", idemAPI.TokenHandler)
 
 		// Orders: create and cancel need an Idempotency-Key; get is naturally idempotent.
 		r.With(web.RequireUser(a.users)).Mount("/orders", orders.Routes())
 		// Paying and refunding an order talk to the channel: both need an Idempotency-Key;
 		// the channel is called outside the transaction, by the same number on every retry
 		// (I8), and a refund is a committed PENDING row before it is a call.
-		r.With(web.RequireUser(a.users)).Post("/orders/{order_id}/payments", trades.Pay)
-		r.With(web.RequireUser(a.users)).Post("/orders/{order_id}/refunds", refunds.Create)
+		r.With(web.RequireUser(a.users)).Method(http.MethodPost, "/orders/{order_id}/payments", idem.KeyRequired(a.idem, trades.Pay))
+		r.With(web.RequireUser(a.users)).Method(http.MethodPost, "/orders/{order_id}/refunds", idem.KeyRequired(a.idem, refunds.Create))
 
 		// Channel reports, one inbound port (internal/notify): signed by their configured
 		// channel with a timestamp and their kind, keyed by channel + trade_no (refunds:
 		// refund_no), whichever route, or the Kafka topic, they arrive by.
-		r.Post("/payments/notify", a.Reports.Handler(notify.Trade))
+		r.Method(http.MethodPost, "/payments/notify", idem.ReportKeyed(a.Reports.Handler(notify.Trade)))
 		// Reading a refund is the owner's, naturally idempotent.
 		r.Mount("/refunds", refunds.Routes(web.RequireUser(a.users), a.Reports.Handler(notify.Refund)))
 
@@ -81,8 +86,8 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 			r.Get("/anomalies", a.anomalies.ListHandler)
 			// An idempotency key's dedup record, and the eviction of a stored 4xx so that the
 			// next attempt runs again; a stored success is never evicted (effect_committed).
-			r.Get("/idempotency-records", idemAdmin.Lookup)
-			r.Delete("/idempotency-records", idemAdmin.Evict)
+			r.Get("/idempotency-records", idemAPI.Lookup)
+			r.Delete("/idempotency-records", idemAPI.Evict)
 			// Jobs on demand: safe at any time, their changes carry state preconditions.
 			r.Mount("/jobs", jobRuns.AdminRoutes())
 			// Webhooks: the merchant's endpoints, their delivery log and redelivery (rotating
@@ -96,6 +101,8 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	if a.extra != nil {
 		a.extra(a, r)
 	}
+	// Every route is mounted: read their marks.
+	marks.Collect(r)
 	return r
 }
 
@@ -110,32 +117,3 @@ func (a *App) RequireAdmin() func(http.Handler) http.Handler {
 
 // Orders is the instance's order service, for routes of another build (Deps.Routes).
 func (a *App) Orders() *order.Service { return a.orders }
-
-// KeyRequiredRoutes are the routes that require an Idempotency-Key, as the published policy
-// lists them (a test holds the list equal to the routes api/openapi.yaml marks so).
-var KeyRequiredRoutes = []string{
-	"POST /v1/orders",
-	"POST /v1/orders/{order_id}/cancel",
-	"POST /v1/orders/{order_id}/payments",
-	"POST /v1/orders/{order_id}/refunds",
-	"POST /v1/recharges",
-	"POST /v1/admin/webhook-endpoints/{endpoint_id}/rotate-secret",
-	"POST /v1/admin/webhook-endpoints/{endpoint_id}/redeliver",
-}
-
-// idempotentRoute reports whether r is addressed to one of the writes with idempotency (an
-// Idempotency-Key or a notification's business key), whose every answer carries
-// Idempotency-Outcome. It matches the path whatever the method, so that the 405 answering
-// another method on such a path (PUT /v1/orders) says rejected too, like the 401 and 413
-// refused before the key is read; MarkRejected marks error answers only.
-func idempotentRoute(r *http.Request) bool {
-	switch p := r.URL.Path; p {
-	case "/v1/orders", "/v1/recharges", "/v1/payments/notify", "/v1/recharges/notify", "/v1/refunds/notify":
-		return true
-	default:
-		return strings.HasPrefix(p, "/v1/orders/") &&
-			(strings.HasSuffix(p, "/cancel") || strings.HasSuffix(p, "/payments") || strings.HasSuffix(p, "/refunds")) ||
-			strings.HasPrefix(p, "/v1/admin/webhook-endpoints/") &&
-				(strings.HasSuffix(p, "/rotate-secret") || strings.HasSuffix(p, "/redeliver"))
-	}
-}

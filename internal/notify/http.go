@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/reportsig"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -22,34 +22,36 @@ import (
 //     ONCEPAY_SIGNATURE_TOLERANCE (401 invalid_signature);
 //  4. the report parsed and validated completely (400 invalid_request);
 //
-// then the report is applied once through the guard (deliver) and answered.
+// then the report is applied once through the guard (deliver) and answered through the kit's
+// HTTP adapter with oncepay's settings (idem.HTTP): its problems, its Retry-After.
 func (p *Port) Handler(kind Kind) http.HandlerFunc {
+	answer := idem.HTTP(p.cfg.Guard)
 	return func(w http.ResponseWriter, req *http.Request) {
 		body, err := web.ReadBody(req)
 		if err != nil {
-			idemhttp.Reject(w, req, err)
+			answer.Reject(w, req, err)
 			return
 		}
 		secret, err := p.secretFor(body)
 		if err != nil {
-			idemhttp.Reject(w, req, err)
+			answer.Reject(w, req, err)
 			return
 		}
 		if sigs := req.Header.Values(reportsig.Header); len(sigs) > 1 {
-			idemhttp.Reject(w, req, apperr.ErrInvalidSignature.Withf("send one X-Signature header, not %d", len(sigs)))
+			answer.Reject(w, req, apperr.ErrInvalidSignature.Withf("send one X-Signature header, not %d", len(sigs)))
 			return
 		}
 		if err := reportsig.Verify(secret, req.Header.Get(reportsig.Header), string(kind), body, p.cfg.Now(), p.cfg.Tolerance); err != nil {
-			idemhttp.Reject(w, req, signatureError(err))
+			answer.Reject(w, req, signatureError(err))
 			return
 		}
 		r, err := Parse(kind, body)
 		if err != nil {
-			idemhttp.Reject(w, req, err)
+			answer.Reject(w, req, err)
 			return
 		}
 		res, _, err := p.deliver(req.Context(), r, "http", p.cfg.Guard.Do)
-		idemhttp.Write(w, req, res, err)
+		answer.Write(w, req, res, err)
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/idemhttp"
 )
 
 // Outcome says what a report did to the state it is about.
@@ -201,7 +201,7 @@ var successBody = []byte(`{"result":"success"}` + "\n")
 func success(o Outcome) idempotent.Response {
 	resp := idempotent.Response{Status: http.StatusOK, Header: map[string]string{"Content-Type": "application/json"}, Body: successBody}
 	if o == Duplicate || o == Kept {
-		resp.Header[idemhttp.HeaderOutcome] = string(idempotent.StateRejected)
+		resp.Header[httpkey.HeaderOutcome] = string(idempotent.StateRejected)
 	}
 	return resp
 }

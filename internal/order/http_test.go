@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
@@ -30,10 +30,10 @@ func TestDoubleSubmitSequential(t *testing.T) {
 	first := apptest.Must(t, s.PostOrder(apptest.AliceKey, token, keyboard), http.StatusCreated)
 	second := apptest.Must(t, s.PostOrder(apptest.AliceKey, token, keyboard), http.StatusCreated)
 
-	if got := first.Header.Get(idemhttp.HeaderOutcome); got != "executed" {
+	if got := first.Header.Get(httpkey.HeaderOutcome); got != "executed" {
 		t.Errorf("first submission Idempotency-Outcome %q, want executed", got)
 	}
-	if got := second.Header.Get(idemhttp.HeaderReplayed); got != "true" {
+	if got := second.Header.Get(httpkey.HeaderReplayed); got != "true" {
 		t.Errorf("second submission Idempotent-Replayed %q, want true", got)
 	}
 	if !bytes.Equal(first.Body, second.Body) {
@@ -73,15 +73,15 @@ func TestDoubleSubmitConcurrent(t *testing.T) {
 	inUse, replayed := 0, 0
 	for i, r := range answers {
 		switch {
-		case r.Status == http.StatusCreated && r.Header.Get(idemhttp.HeaderOutcome) == "executed":
+		case r.Status == http.StatusCreated && r.Header.Get(httpkey.HeaderOutcome) == "executed":
 			executed = append(executed, r)
-		case r.Status == http.StatusCreated && r.Header.Get(idemhttp.HeaderReplayed) == "true":
+		case r.Status == http.StatusCreated && r.Header.Get(httpkey.HeaderReplayed) == "true":
 			replayed++
 		case r.Status == http.StatusConflict && r.Code() == "idempotency_key_in_use" && r.Header.Get("Retry-After") != "":
 			inUse++
 		default:
 			t.Errorf("copy %d: %s (outcome %q), want 201 executed, 201 replayed or 409 idempotency_key_in_use with Retry-After",
-				i, r, r.Header.Get(idemhttp.HeaderOutcome))
+				i, r, r.Header.Get(httpkey.HeaderOutcome))
 		}
 	}
 	if len(executed) != 1 {
@@ -95,8 +95,8 @@ func TestDoubleSubmitConcurrent(t *testing.T) {
 	}
 	// After the storm, the copy that was told to retry gets the first answer.
 	again := apptest.Must(t, s.PostOrder(apptest.AliceKey, token, keyboard), http.StatusCreated)
-	if again.Header.Get(idemhttp.HeaderReplayed) != "true" || !bytes.Equal(again.Body, executed[0].Body) {
-		t.Errorf("retry after the storm: %s (replayed %q), want the first order replayed", again, again.Header.Get(idemhttp.HeaderReplayed))
+	if again.Header.Get(httpkey.HeaderReplayed) != "true" || !bytes.Equal(again.Body, executed[0].Body) {
+		t.Errorf("retry after the storm: %s (replayed %q), want the first order replayed", again, again.Header.Get(httpkey.HeaderReplayed))
 	}
 	wantOrders(t, s, 1)
 	if after := s.Inventory(t, keyboard.SKU); after.Reserved != before.Reserved+keyboard.Quantity {
@@ -192,14 +192,14 @@ func TestCreateRefusals(t *testing.T) {
 			if diff := before.Diff(s.Snapshot(t)); !maps.Equal(diff, want) {
 				t.Errorf("database changed by %v, want %v", apptest.Snapshot(diff), apptest.Snapshot(want))
 			}
-			if tt.delta == nil && r.Header.Get(idemhttp.HeaderOutcome) != "rejected" {
-				t.Errorf("Idempotency-Outcome %q, want rejected", r.Header.Get(idemhttp.HeaderOutcome))
+			if tt.delta == nil && r.Header.Get(httpkey.HeaderOutcome) != "rejected" {
+				t.Errorf("Idempotency-Outcome %q, want rejected", r.Header.Get(httpkey.HeaderOutcome))
 			}
 			if tt.delta != nil {
 				again := s.Do(http.MethodPost, "/v1/orders", tt.apiKey, tt.body, tt.headers)
-				if again.Status != r.Status || again.Header.Get(idemhttp.HeaderReplayed) != "true" {
+				if again.Status != r.Status || again.Header.Get(httpkey.HeaderReplayed) != "true" {
 					t.Errorf("retry with the same key: %s (replayed %q), want the stored %d replayed",
-						again, again.Header.Get(idemhttp.HeaderReplayed), r.Status)
+						again, again.Header.Get(httpkey.HeaderReplayed), r.Status)
 				}
 			}
 		})
@@ -213,8 +213,8 @@ func TestCreateCorrectedRetry(t *testing.T) {
 	bad := s.Do(http.MethodPost, "/v1/orders", apptest.AliceKey, `{"items":[{"sku":"SKU-1002","quantity":0}]}`, apptest.IdemKey("fix-me"))
 	apptest.WantProblem(t, bad, http.StatusBadRequest, "invalid_request")
 	good := s.Do(http.MethodPost, "/v1/orders", apptest.AliceKey, apptest.OrderBody(apptest.Item{SKU: "SKU-1002", Quantity: 1}), apptest.IdemKey("fix-me"))
-	if good.Status != http.StatusCreated || good.Header.Get(idemhttp.HeaderOutcome) != "executed" {
-		t.Fatalf("corrected retry: %s (outcome %q), want 201 executed", good, good.Header.Get(idemhttp.HeaderOutcome))
+	if good.Status != http.StatusCreated || good.Header.Get(httpkey.HeaderOutcome) != "executed" {
+		t.Fatalf("corrected retry: %s (outcome %q), want 201 executed", good, good.Header.Get(httpkey.HeaderOutcome))
 	}
 }
 
@@ -321,7 +321,7 @@ func TestCancel(t *testing.T) {
 		t.Errorf("stock after cancel %+v, want it back to %+v", after, before)
 	}
 	replay := apptest.Must(t, s.Do(http.MethodPost, cancelPath, apptest.AliceKey, nil, apptest.IdemKey("cancel-1")), http.StatusOK)
-	if replay.Header.Get(idemhttp.HeaderReplayed) != "true" || !bytes.Equal(replay.Body, r.Body) {
+	if replay.Header.Get(httpkey.HeaderReplayed) != "true" || !bytes.Equal(replay.Body, r.Body) {
 		t.Errorf("same cancel again: %s, want the first answer replayed", replay)
 	}
 	again := s.Do(http.MethodPost, cancelPath, apptest.AliceKey, nil, apptest.IdemKey("cancel-2"))
@@ -357,7 +357,7 @@ func TestCancelPaid(t *testing.T) {
 
 	r := s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/cancel", apptest.AliceKey, nil, apptest.IdemKey("cancel-paid"))
 	apptest.WantProblem(t, r, http.StatusConflict, "illegal_state")
-	if got := r.Header.Get(idemhttp.HeaderOutcome); got != "state_rejected" {
+	if got := r.Header.Get(httpkey.HeaderOutcome); got != "state_rejected" {
 		t.Errorf("Idempotency-Outcome %q, want state_rejected", got)
 	}
 	if st := s.Order(t, o.OrderID).Status; st != order.Paid {

@@ -11,7 +11,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -53,19 +54,20 @@ func ViewOf(r Refund) View {
 // Handler serves the refund routes.
 type Handler struct {
 	refunds *Service
-	idem    *idemhttp.Adapter
+	idem    httpkey.Handler
 }
 
 // NewHandler returns the refund HTTP handler; idem makes its writes exactly-once.
-func NewHandler(refunds *Service, idem *idemhttp.Adapter) *Handler {
+func NewHandler(refunds *Service, idem httpkey.Handler) *Handler {
 	return &Handler{refunds: refunds, idem: idem}
 }
 
 // Routes serves GET /{refund_id} behind user authentication (requireUser) and POST /notify,
-// the inbound port's handler of refund reports, mounted at /v1/refunds.
+// the inbound port's handler of refund reports, marked idempotent by the report's own number
+// (idem.ReportKeyed), mounted at /v1/refunds.
 func (h *Handler) Routes(requireUser func(http.Handler) http.Handler, reports http.Handler) chi.Router {
 	r := chi.NewRouter()
-	r.Method(http.MethodPost, "/notify", reports)
+	r.Method(http.MethodPost, "/notify", idem.ReportKeyed(reports))
 	r.With(requireUser).Get("/{refund_id}", h.get)
 	return r
 }
@@ -75,26 +77,21 @@ type createRequest struct {
 	Reason string `json:"reason"`
 }
 
-// Create is POST /v1/orders/{order_id}/refunds, top to bottom: the key, the body decoded and
-// validated, then the guard's transaction that commits the refund PENDING with its
-// out_refund_no (the recovery point, I8) and stores the 201; only after that commit, still
-// under the key's lease (After), is the channel called (Submit). The answer is the stored one
-// — the refund as committed — so a replay answers the same bytes and calls nothing;
-// GET /v1/refunds/{refund_id} shows where it went since.
-func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
-	key, err := idemhttp.UserKey(r)
-	if err != nil {
-		idemhttp.Reject(w, r, err)
-		return
-	}
+// Create is POST /v1/orders/{order_id}/refunds, mounted with idem.KeyRequired, which reads its
+// key. Top to bottom: the key, the body decoded and validated, then the guard's transaction
+// that commits the refund PENDING with its out_refund_no (the recovery point, I8) and stores
+// the 201; only after that commit, still under the key's lease (After), is the channel called
+// (Submit). The answer is the stored one — the refund as committed — so a replay answers the
+// same bytes and calls nothing; GET /v1/refunds/{refund_id} shows where it went since.
+func (h *Handler) Create(w http.ResponseWriter, r *http.Request, key idempotent.Key) {
 	body, req, err := decodeCreate(r)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	userID, _ := web.UserID(r.Context())
 	var created Refund
-	guarded := idemhttp.Request(r, key, body)
+	guarded := h.idem.Request(r, key, body)
 	guarded.After = func(ctx context.Context, _ idempotent.Result) {
 		// Committed: now, and only now, the channel hears of it. A failure here is not the
 		// client's: the row stays PENDING and resume-refunds calls again with its number.
@@ -112,7 +109,7 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
 			return idempotent.Response{}, err
 		}
 		created = rf
-		return idemhttp.JSON(http.StatusCreated, ViewOf(rf), "Location", "/v1/refunds/"+ids.Format(rf.ID)), nil
+		return idem.JSON(http.StatusCreated, ViewOf(rf), "Location", "/v1/refunds/"+ids.Format(rf.ID)), nil
 	}))
 }
 

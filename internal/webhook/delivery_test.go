@@ -11,6 +11,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -206,7 +207,7 @@ func TestFailingForTheWholeSchedule(t *testing.T) {
 	}
 
 	mended.Store("yes", true)
-	h := webhook.NewHandler(f.db, f.gen, f.endpoints, nil, webhook.AddressPolicy{Dev: true}, time.Hour)
+	h := webhook.NewHandler(f.db, f.gen, f.endpoints, httpkey.Handler{}, webhook.AddressPolicy{Dev: true}, time.Hour)
 	var queued int
 	err := f.db.Transaction(func(tx *gorm.DB) error {
 		var err error

@@ -14,7 +14,8 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/clock"
@@ -34,30 +35,30 @@ type Handler struct {
 	db        *gorm.DB
 	ids       *ids.Generator
 	endpoints *Endpoints
-	idem      *idemhttp.Adapter
+	idem      httpkey.Handler
 	policy    AddressPolicy
 	grace     time.Duration
 }
 
-// NewHandler returns the handler; grace is a rotation's default grace
-// (ONCEPAY_WEBHOOK_ROTATION_GRACE).
-func NewHandler(db *gorm.DB, gen *ids.Generator, endpoints *Endpoints, idem *idemhttp.Adapter, policy AddressPolicy, grace time.Duration) *Handler {
+// NewHandler returns the handler; idem runs its guarded writes under the admin's keys
+// (idem.AdminHTTP) and grace is a rotation's default grace (ONCEPAY_WEBHOOK_ROTATION_GRACE).
+func NewHandler(db *gorm.DB, gen *ids.Generator, endpoints *Endpoints, idem httpkey.Handler, policy AddressPolicy, grace time.Duration) *Handler {
 	return &Handler{db: db, ids: gen, endpoints: endpoints, idem: idem, policy: policy, grace: grace}
 }
 
 // Routes serves /v1/admin/webhook-endpoints behind the admin key. Registering is not
 // idempotent by key (each call is a new endpoint with its own secret); a patch sets absolute
 // values (naturally idempotent); rotating a secret and redelivering need an Idempotency-Key,
-// so that a retried call rotates once and queues once.
+// so that a retried call rotates once and queues once: they are marked so (idem.KeyRequired).
 func (h *Handler) Routes() chi.Router {
 	r := chi.NewRouter()
 	r.Post("/", h.create)
 	r.Get("/", h.list)
 	r.Get("/{endpoint_id}", h.get)
 	r.Patch("/{endpoint_id}", h.patch)
-	r.Post("/{endpoint_id}/rotate-secret", h.rotate)
+	r.Method(http.MethodPost, "/{endpoint_id}/rotate-secret", idem.KeyRequired(h.idem, h.rotate))
 	r.Get("/{endpoint_id}/deliveries", h.deliveries)
-	r.Post("/{endpoint_id}/redeliver", h.redeliver)
+	r.Method(http.MethodPost, "/{endpoint_id}/redeliver", idem.KeyRequired(h.idem, h.redeliver))
 	return r
 }
 
@@ -202,35 +203,35 @@ type rotateRequest struct {
 // docs/security.md): the stored answer names it by its SHA-256, and every answer — the first
 // and a replay — shows the endpoint's secret only while it still is that one. A replay after a
 // later rotation is 409 illegal_state: the secret it made no longer signs.
-func (h *Handler) rotate(w http.ResponseWriter, r *http.Request) {
-	key, body, err := adminKeyAndBody(r)
+func (h *Handler) rotate(w http.ResponseWriter, r *http.Request, key idempotent.Key) {
+	body, err := web.ReadBody(r)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	id, err := endpointID(r)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	grace, err := h.decodeRotate(body)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
-	res, err := h.idem.Guard().Do(r.Context(), idemhttp.Request(r, key, body), func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
+	res, err := h.idem.Guard.Do(r.Context(), h.idem.Request(r, key, body), func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
 		secret, err := h.endpoints.Rotate(ctx, tx, id, grace)
 		if err != nil {
 			return err
 		}
-		return record(idemhttp.JSON(http.StatusOK, rotated{
+		return record(idem.JSON(http.StatusOK, rotated{
 			SecretSHA256: fingerprint(secret), PreviousExpiresAt: clock.Now().Add(grace).Format(time.RFC3339),
 		}))
 	})
 	if err == nil && res.Response.Status == http.StatusOK {
 		res.Response.Body, err = h.reveal(r.Context(), id, res.Response.Body)
 	}
-	idemhttp.Write(w, r, res, err)
+	h.idem.Write(w, r, res, err)
 }
 
 // rotated is the stored answer of a rotation: the new secret by its fingerprint only.
@@ -282,16 +283,6 @@ func (h *Handler) decodeRotate(body []byte) (time.Duration, error) {
 		return 0, apperr.ErrInvalidRequest.Withf("grace must be a duration in 0s..168h, got %q", *req.Grace)
 	}
 	return d, nil
-}
-
-// adminKeyAndBody is idemhttp.KeyAndBody for the admin.
-func adminKeyAndBody(r *http.Request) (idempotent.Key, []byte, error) {
-	key, err := idemhttp.AdminKey(r)
-	if err != nil {
-		return idempotent.Key{}, nil, err
-	}
-	body, err := web.ReadBody(r)
-	return key, body, err
 }
 
 // AttemptView is one entry of the delivery log (docs/contract.md).
@@ -399,20 +390,20 @@ var ErrEventNotFound = apperr.ErrNotFound.Withf("no such event (or it is past ON
 // one event by id, or the endpoint's subscribed events created in [from, to), queued again as
 // the same events — same id, same body — with a fresh schedule. A retry with the same key
 // answers the first count and queues nothing more.
-func (h *Handler) redeliver(w http.ResponseWriter, r *http.Request) {
-	key, body, err := adminKeyAndBody(r)
+func (h *Handler) redeliver(w http.ResponseWriter, r *http.Request, key idempotent.Key) {
+	body, err := web.ReadBody(r)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	id, err := endpointID(r)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	sel, err := decodeRedeliver(body)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
@@ -420,7 +411,7 @@ func (h *Handler) redeliver(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		return record(idemhttp.JSON(http.StatusAccepted, map[string]any{"queued": n}))
+		return record(idem.JSON(http.StatusAccepted, map[string]any{"queued": n}))
 	})
 }
 

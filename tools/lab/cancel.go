@@ -10,7 +10,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
@@ -18,9 +19,9 @@ import (
 )
 
 // labKeyBizType is the biz_type of the lab's client keys: the same rules as oncepay's
-// (idemhttp.BizType: a key names one write of one user, and the fingerprint is the method,
+// (httpkey.BizType: a key names one write of one user, and the fingerprint is the method,
 // the path and the body), in a namespace of their own.
-const labKeyBizType = "lab." + idemhttp.BizType
+const labKeyBizType = "lab." + httpkey.BizType
 
 // cancelChannelFirst is the BUG of I12 (a side effect before the key): a cancel closes the
 // order's trade at the channel first — "so that the buyer cannot pay while we cancel" — and
@@ -35,9 +36,14 @@ const labKeyBizType = "lab." + idemhttp.BizType
 // idempotent.Request.Before): a refused request never reaches it.
 // POST /lab/orders/{order_id}/cancel, as the order's user, with an Idempotency-Key.
 func (l *Lab) cancelChannelFirst(w http.ResponseWriter, r *http.Request) {
-	key, body, err := idemhttp.KeyAndBody(r) // the header must be there and well formed …
+	key, err := l.keyed.Key(r) // the header must be there and well formed …
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		l.keyed.Reject(w, r, err)
+		return
+	}
+	body, err := web.ReadBody(r)
+	if err != nil {
+		l.keyed.Reject(w, r, err)
 		return
 	}
 	key.BizType = labKeyBizType
@@ -69,7 +75,7 @@ func (l *Lab) cancelChannelFirst(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return idempotent.Response{}, err
 		}
-		return idemhttp.JSON(http.StatusOK, order.ViewOf(o)), nil
+		return idem.JSON(http.StatusOK, order.ViewOf(o)), nil
 	}))
 }
 

@@ -7,7 +7,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -40,12 +41,12 @@ func lostToFailover(ctx context.Context, _ idempotent.Key) bool {
 // (pauseHolder) turned on per request. The watchdog would notice the lost lease at its first
 // renewal, a third of the lease after it was taken; the holder commits long before that, as a
 // holder does that a failover catches between two renewals.
-func newFailoverGuard(l *Lab) *idemhttp.Adapter {
-	return idemhttp.New(idempotent.New(l.db, l.rdb, idempotent.Config{
+func newFailoverGuard(l *Lab) httpkey.Handler {
+	return idem.HTTP(idempotent.New(l.db, l.rdb, idempotent.Config{
 		KeyPrefix: l.prefix,
 		Lab:       idempotent.Lab{ForgetLease: lostToFailover, BeforeWork: pauseHolder},
-		Classify:  idemhttp.Classify(l.db),
-		Reject:    idemhttp.StoredProblem,
+		Classify:  idem.Classify(l.db),
+		Reject:    idem.StoredProblem,
 		NewID:     l.ids.Next,
 		RequestID: requestid.From,
 	}))

@@ -23,7 +23,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
@@ -47,14 +48,14 @@ type Lab struct {
 	// guarded is oncepay's own idempotency guard, set up the way a paused process meets it
 	// (I10): a short lease that nothing renews. It is the one part of the lab that is right;
 	// see payGuardedAfterPause.
-	guarded *idemhttp.Adapter
+	guarded httpkey.Handler
 	// keyed is oncepay's own idempotency guard with the real routes' settings, for the replica
 	// whose bug is not the key check but what it does before it (I12). Its keys are the lab's
 	// own (labKeyBizType), so they never answer for oncepay's, nor oncepay's for them.
-	keyed *idemhttp.Adapter
+	keyed httpkey.Handler
 	// failover is oncepay's own guard whose holder may lose its lease to a modelled Redis
 	// failover (I15); see newFailoverGuard.
-	failover *idemhttp.Adapter
+	failover httpkey.Handler
 	// ChannelURL is the payment channel's base URL for the outbound replicas (I8); when it is
 	// empty, they take it from the pay_url of the order's trade (see channelURL).
 	ChannelURL string
@@ -69,21 +70,21 @@ type Lab struct {
 // redisPrefix + "lab:".
 func New(db *gorm.DB, rdb redis.UniversalClient, redisPrefix string, gen *ids.Generator, orders *order.Service, secret string, chaos time.Duration) *Lab {
 	l := &Lab{db: db, ids: gen, orders: orders, rdb: rdb, secret: secret, prefix: redisPrefix + "lab:", ChaosDelay: chaos}
-	l.guarded = idemhttp.New(idempotent.New(db, rdb, idempotent.Config{
+	l.guarded = idem.HTTP(idempotent.New(db, rdb, idempotent.Config{
 		KeyPrefix: l.prefix,
 		// The lease runs out during the pause and nothing renews it: a paused process cannot
 		// run its watchdog either. What must stop the stale write is the database.
 		LockTTL:   staleLease,
 		Lab:       idempotent.Lab{NoWatchdog: true, BeforeWork: pauseHolder},
-		Classify:  idemhttp.Classify(db),
-		Reject:    idemhttp.StoredProblem,
+		Classify:  idem.Classify(db),
+		Reject:    idem.StoredProblem,
 		NewID:     gen.Next,
 		RequestID: requestid.From,
 	}))
-	l.keyed = idemhttp.New(idempotent.New(db, rdb, idempotent.Config{
+	l.keyed = idem.HTTP(idempotent.New(db, rdb, idempotent.Config{
 		KeyPrefix: l.prefix,
-		Classify:  idemhttp.Classify(db),
-		Reject:    idemhttp.StoredProblem,
+		Classify:  idem.Classify(db),
+		Reject:    idem.StoredProblem,
 		NewID:     gen.Next,
 		RequestID: requestid.From,
 	}))

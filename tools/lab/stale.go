@@ -8,7 +8,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -93,7 +94,7 @@ func (l *Lab) payGuardedAfterPause(w http.ResponseWriter, r *http.Request) {
 // the lab's copies of oncepay's guard) and the order service's Pay, as the real notification
 // route does, with ?pause= for the holder (and, with failover, its lease lost right after it
 // was taken: forgetLease, failover.go).
-func (l *Lab) payGuarded(w http.ResponseWriter, r *http.Request, guard *idemhttp.Adapter, bizType string, failover bool) {
+func (l *Lab) payGuarded(w http.ResponseWriter, r *http.Request, guard httpkey.Handler, bizType string, failover bool) {
 	pause, err := pauseOf(r)
 	if err != nil {
 		web.WriteError(w, r, err)
@@ -120,8 +121,8 @@ func (l *Lab) payGuarded(w http.ResponseWriter, r *http.Request, guard *idemhttp
 		case err != nil:
 			return idempotent.Response{}, err
 		case !moved: // the state precondition turned the write away
-			return idemhttp.JSON(http.StatusOK, success, idemhttp.HeaderOutcome, string(idempotent.StateRejected)), nil
+			return idem.JSON(http.StatusOK, success, httpkey.HeaderOutcome, string(idempotent.StateRejected)), nil
 		}
-		return idemhttp.JSON(http.StatusOK, success), nil
+		return idem.JSON(http.StatusOK, success), nil
 	}))
 }

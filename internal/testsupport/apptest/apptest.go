@@ -27,9 +27,9 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/platform/clock"
 	"github.com/oncepay/oncepay/internal/platform/web"
 	"github.com/oncepay/oncepay/internal/testsupport/testenv"
@@ -245,7 +245,7 @@ func (r Response) Code() string { return r.Problem().Code }
 
 // Outcome is the Idempotency-Outcome header: what the idempotency layer did with the request
 // (executed, replayed, rejected, state_rejected…), or "" when it did not see it.
-func (r Response) Outcome() string { return r.Header.Get(idemhttp.HeaderOutcome) }
+func (r Response) Outcome() string { return r.Header.Get(httpkey.HeaderOutcome) }
 
 // Decode unmarshals the body into v, failing the test when it cannot.
 func (r Response) Decode(tb testing.TB, v any) {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/internal/anomaly"
-	"github.com/oncepay/oncepay/internal/idemhttp"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
@@ -26,7 +26,7 @@ type Item struct {
 func OrderBody(items ...Item) map[string]any { return map[string]any{"items": items} }
 
 // IdemKey is the header map of an Idempotency-Key.
-func IdemKey(key string) map[string]string { return map[string]string{idemhttp.HeaderKey: key} }
+func IdemKey(key string) map[string]string { return map[string]string{httpkey.HeaderKey: key} }
 
 // PostOrder sends POST /v1/orders for apiKey with Idempotency-Key idemKey.
 func (s *Server) PostOrder(apiKey, idemKey string, items ...Item) Response {

@@ -1,10 +1,10 @@
-package idemadmin
+package idem
 
 import (
 	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
 )
 
 // Specification is the IETF draft the policy follows.
@@ -123,7 +123,7 @@ type TokenPolicy struct {
 func PolicyOf(p idempotent.Policy, requiredOn []string) Policy {
 	return Policy{
 		Specification: Specification,
-		Header:        idemhttp.HeaderKey,
+		Header:        httpkey.HeaderKey,
 		RequiredOn:    append([]string{}, requiredOn...),
 		Key: KeyFormat{
 			MinLength:   1,
@@ -160,7 +160,7 @@ func PolicyOf(p idempotent.Policy, requiredOn []string) Policy {
 				"leaves the key free: a retry with the same key runs again.",
 		},
 		Replay: ReplayPolicy{
-			Header: idemhttp.HeaderReplayed,
+			Header: httpkey.HeaderReplayed,
 			Value:  "true",
 			Description: "A request with a key whose first request finished gets the stored status, headers and body again, " +
 				"with this header; the write does not run again.",
@@ -179,7 +179,7 @@ func PolicyOf(p idempotent.Policy, requiredOn []string) Policy {
 			Description: "A one-time token bound to the caller, to send as the Idempotency-Key of the one form submission " +
 				"it was issued for; a second submission with it gets the first one's answer.",
 		},
-		OutcomeHeader: idemhttp.HeaderOutcome,
+		OutcomeHeader: httpkey.HeaderOutcome,
 		Outcomes: map[string]string{
 			string(idempotent.Executed):      "this request ran the write (or its refusal) and its answer is stored",
 			string(idempotent.Replayed):      "the stored answer of the key's first request, sent again; the write did not run",

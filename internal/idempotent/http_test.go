@@ -1,4 +1,4 @@
-package idemhttp_test
+package idem_test
 
 import (
 	"context"
@@ -21,7 +21,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 1})))
 		redis.SetLogger(quietLogger{})
 	}
-	fmt.Fprintln(os.Stderr, "idemhttp tests:", testenv.Describe())
+	fmt.Fprintln(os.Stderr, "idem tests:", testenv.Describe())
 	os.Exit(m.Run())
 }
 
@@ -97,7 +98,7 @@ func (users) Authenticate(_ context.Context, key string) (int64, error) {
 //	?status=N&as=resp  the work answers N as a Response with a nil error
 type things struct {
 	db      *gorm.DB
-	idem    *idemhttp.Adapter
+	idem    httpkey.Handler
 	entered chan struct{} // receives when a held work is inside its transaction
 	release chan struct{} // closed by the test to let held works finish
 	inTx    atomic.Bool   // the last work's row was invisible outside its transaction
@@ -105,14 +106,14 @@ type things struct {
 
 // create serves POST /v1/things: one side_effects row "thing", 201 with a Location.
 func (h *things) create(w http.ResponseWriter, r *http.Request) {
-	key, err := idemhttp.UserKey(r)
+	key, err := h.idem.Key(r)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	body, err := web.ReadBody(r)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	var in struct {
@@ -120,7 +121,7 @@ func (h *things) create(w http.ResponseWriter, r *http.Request) {
 		Size int    `json:"size"`
 	}
 	if err := web.DecodeBytes(body, &in); err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	q := r.URL.Query()
@@ -145,25 +146,25 @@ func (h *things) create(w http.ResponseWriter, r *http.Request) {
 				code = "test_status"
 			}
 			if q.Get("as") == "resp" {
-				return idemhttp.JSON(status, map[string]any{"code": code, "id": id}), nil
+				return idem.JSON(status, map[string]any{"code": code, "id": id}), nil
 			}
 			return idempotent.Response{}, apperr.New(status, code, "asked for by the test")
 		}
-		return idemhttp.JSON(http.StatusCreated, map[string]any{"id": id, "name": in.Name},
+		return idem.JSON(http.StatusCreated, map[string]any{"id": id, "name": in.Name},
 			"Location", "/v1/things/"+strconv.FormatInt(id, 10)), nil
 	}))
 }
 
 // cancel serves POST /v1/things/{id}/cancel: one side_effects row "cancel", 200.
 func (h *things) cancel(w http.ResponseWriter, r *http.Request) {
-	key, err := idemhttp.UserKey(r)
+	key, err := h.idem.Key(r)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	body, err := web.ReadBody(r)
 	if err != nil {
-		idemhttp.Reject(w, r, err)
+		h.idem.Reject(w, r, err)
 		return
 	}
 	thing := chi.URLParam(r, "id")
@@ -171,7 +172,7 @@ func (h *things) cancel(w http.ResponseWriter, r *http.Request) {
 		if _, err := insertEffect(tx, "cancel"); err != nil {
 			return idempotent.Response{}, err
 		}
-		return idemhttp.JSON(http.StatusOK, map[string]string{"thing": thing, "status": "CANCELLED"}), nil
+		return idem.JSON(http.StatusOK, map[string]string{"thing": thing, "status": "CANCELLED"}), nil
 	}))
 }
 
@@ -186,7 +187,7 @@ type httpEnv struct {
 }
 
 // newHTTPEnv serves POST /v1/things, POST /v1/things/{id}/cancel and POST
-// /v1/idempotency-tokens through a guard with cfg (Classify is idemhttp.Classify, as in
+// /v1/idempotency-tokens through a guard with cfg (Classify is idem.Classify, as in
 // oncepay's app). rdb, when not nil, replaces the test's Redis (testenv.Unreachable).
 func newHTTPEnv(t *testing.T, cfg idempotent.Config, rdb redis.UniversalClient) *httpEnv {
 	t.Helper()
@@ -202,15 +203,15 @@ func newHTTPEnv(t *testing.T, cfg idempotent.Config, rdb redis.UniversalClient) 
 	if rdb == nil {
 		rdb = e.rdb
 	}
-	cfg.Classify = idemhttp.Classify(db)
+	cfg.Classify = idem.Classify(db)
 	cfg.Registerer = prometheus.NewRegistry()
 	e.guard = idempotent.New(db, rdb, cfg)
-	adapter := idemhttp.New(e.guard)
+	adapter := idem.HTTP(e.guard)
 	e.things = &things{db: db, idem: adapter, entered: make(chan struct{}, 1), release: make(chan struct{})}
 
 	r := chi.NewRouter()
 	r.Use(web.RequestID, web.RequireUser(users{}))
-	r.Post("/v1/idempotency-tokens", adapter.TokenHandler)
+	r.Post("/v1/idempotency-tokens", idem.NewAPI(e.guard, new(idem.Marks), nil).TokenHandler)
 	r.Post("/v1/things", e.things.create)
 	r.Post("/v1/things/{id}/cancel", e.things.cancel)
 	e.srv = httptest.NewServer(r)
@@ -249,7 +250,7 @@ func (h *httpEnv) post(t *testing.T, path string, user int, key, body string) re
 		req.Header.Set("Authorization", "Bearer key-"+strconv.Itoa(user))
 	}
 	if key != noKey {
-		req.Header[idemhttp.HeaderKey] = strings.Split(key, "\n")
+		req.Header[httpkey.HeaderKey] = strings.Split(key, "\n")
 	}
 	resp, err := h.srv.Client().Do(req)
 	if err != nil {
@@ -261,8 +262,8 @@ func (h *httpEnv) post(t *testing.T, path string, user int, key, body string) re
 		t.Fatal(err)
 	}
 	rep := reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
-	if strings.HasPrefix(path, "/v1/things") && user != 0 && rep.header.Get(idemhttp.HeaderOutcome) == "" {
-		t.Errorf("POST %s answered %d without %s", path, rep.status, idemhttp.HeaderOutcome)
+	if strings.HasPrefix(path, "/v1/things") && user != 0 && rep.header.Get(httpkey.HeaderOutcome) == "" {
+		t.Errorf("POST %s answered %d without %s", path, rep.status, httpkey.HeaderOutcome)
 	}
 	return rep
 }
@@ -277,8 +278,8 @@ func expect(t *testing.T, what string, got reply, status int, code string, outco
 	if code != "" && got.code() != code {
 		t.Errorf("%s: code %q, want %q", what, got.code(), code)
 	}
-	if o := got.header.Get(idemhttp.HeaderOutcome); o != string(outcome) {
-		t.Errorf("%s: %s = %q, want %q", what, idemhttp.HeaderOutcome, o, outcome)
+	if o := got.header.Get(httpkey.HeaderOutcome); o != string(outcome) {
+		t.Errorf("%s: %s = %q, want %q", what, httpkey.HeaderOutcome, o, outcome)
 	}
 }
 
@@ -295,8 +296,8 @@ func expectReplay(t *testing.T, what string, again, first reply) {
 			t.Errorf("%s: replayed %s = %q, want %q", what, name, again.header.Get(name), first.header.Get(name))
 		}
 	}
-	if again.header.Get(idemhttp.HeaderReplayed) != "true" {
-		t.Errorf("%s: replay lacks %s: true", what, idemhttp.HeaderReplayed)
+	if again.header.Get(httpkey.HeaderReplayed) != "true" {
+		t.Errorf("%s: replay lacks %s: true", what, httpkey.HeaderReplayed)
 	}
 }
 
@@ -395,8 +396,8 @@ func TestIdempotencyKeyTable(t *testing.T) {
 			if first.header.Get("Location") == "" || first.header.Get("Content-Type") != "application/json" {
 				t.Fatalf("first answer lacks Location or JSON Content-Type: %v", first.header)
 			}
-			if first.header.Get(idemhttp.HeaderReplayed) != "" {
-				t.Errorf("first answer carries %s", idemhttp.HeaderReplayed)
+			if first.header.Get(httpkey.HeaderReplayed) != "" {
+				t.Errorf("first answer carries %s", httpkey.HeaderReplayed)
 			}
 			// Another key order and whitespace are the same request.
 			for _, body := range []string{`{"name":"a","size":1}`, "{ \"size\": 1,\n \"name\": \"a\" }"} {
@@ -591,7 +592,7 @@ func TestWorkRunsInTheDedupTransaction(t *testing.T) {
 
 // abortFirstRecord makes the database abort the INSERT of the dedup record numbered 1 as a
 // deadlock would, after the work ran (a trigger: MySQL error 1213, SQLite "database is
-// locked", both aborted to idemhttp.Classify). The guard's Config.NewID must number the
+// locked", both aborted to idem.Classify). The guard's Config.NewID must number the
 // records 1, 2, 3 … (see counter).
 func abortFirstRecord(t *testing.T, db *gorm.DB) {
 	t.Helper()
@@ -625,7 +626,7 @@ func TestAbortedTransactionRunsAgain(t *testing.T) {
 	if !strings.Contains(got.body, `"name":"a"`) {
 		t.Errorf("the work run again answered %s, want the request's name", got.body)
 	}
-	key := idempotent.Key{Scope: "user:1", BizType: idemhttp.BizType, BizKey: "k-1"}
+	key := idempotent.Key{Scope: "user:1", BizType: httpkey.BizType, BizKey: "k-1"}
 	if rec, found, err := h.guard.Lookup(context.Background(), key); err != nil || !found || rec.ID == 1 {
 		t.Errorf("Lookup = record %d, %v, %v; want record 1 aborted and another committed", rec.ID, found, err)
 	}

@@ -1,4 +1,4 @@
-package idemhttp_test
+package idem_test
 
 import (
 	"context"
@@ -14,7 +14,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/web"
 	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
@@ -28,12 +29,12 @@ import (
 func TestDatabaseDownIsNotStored(t *testing.T) {
 	db := testenv.DB(t)
 	guard := idempotent.New(db, testenv.Redis(t).Client, idempotent.Config{
-		Classify: idemhttp.Classify(db),
-		Reject:   idemhttp.StoredProblem,
+		Classify: idem.Classify(db),
+		Reject:   idem.StoredProblem,
 		RetryFor: 300 * time.Millisecond,
 	})
-	adapter := idemhttp.New(guard)
-	key := idempotent.Key{Scope: "user:7", BizType: idemhttp.BizType, BizKey: "db-down-" + t.Name()}
+	adapter := idem.HTTP(guard)
+	key := idempotent.Key{Scope: "user:7", BizType: httpkey.BizType, BizKey: "db-down-" + t.Name()}
 	body := []byte(`{"name":"x"}`)
 	post := func(work idempotent.Work) *http.Response {
 		r := httptest.NewRequest(http.MethodPost, "/v1/things", strings.NewReader(string(body)))
@@ -51,7 +52,7 @@ func TestDatabaseDownIsNotStored(t *testing.T) {
 	if down.StatusCode != http.StatusServiceUnavailable || down.Header.Get("Retry-After") == "" {
 		t.Fatalf("database down: %d Retry-After %q, want 503 with Retry-After", down.StatusCode, down.Header.Get("Retry-After"))
 	}
-	if got := down.Header.Get(idemhttp.HeaderOutcome); got != string(idempotent.Unavailable) || runs < 2 {
+	if got := down.Header.Get(httpkey.HeaderOutcome); got != string(idempotent.Unavailable) || runs < 2 {
 		t.Errorf("Idempotency-Outcome %q after %d runs, want %q after reruns", got, runs, idempotent.Unavailable)
 	}
 	before := runs
@@ -61,10 +62,10 @@ func TestDatabaseDownIsNotStored(t *testing.T) {
 
 	back := post(idempotent.Respond(func(context.Context, *gorm.DB) (idempotent.Response, error) {
 		runs++
-		return idemhttp.JSON(http.StatusCreated, map[string]string{"name": "x"}), nil
+		return idem.JSON(http.StatusCreated, map[string]string{"name": "x"}), nil
 	}))
-	if back.StatusCode != http.StatusCreated || back.Header.Get(idemhttp.HeaderOutcome) != string(idempotent.Executed) || runs != before+1 {
-		t.Errorf("database back: %d %s after %d more runs, want 201 executed after 1", back.StatusCode, back.Header.Get(idemhttp.HeaderOutcome), runs-before)
+	if back.StatusCode != http.StatusCreated || back.Header.Get(httpkey.HeaderOutcome) != string(idempotent.Executed) || runs != before+1 {
+		t.Errorf("database back: %d %s after %d more runs, want 201 executed after 1", back.StatusCode, back.Header.Get(httpkey.HeaderOutcome), runs-before)
 	}
 }
 
@@ -73,12 +74,12 @@ func TestDatabaseDownIsNotStored(t *testing.T) {
 func TestWriteRetryAfter(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/v1/things", nil)
 	rec := httptest.NewRecorder()
-	idemhttp.Write(rec, r, idempotent.Result{Response: idempotent.Response{Status: http.StatusServiceUnavailable}, Outcome: idempotent.Executed}, nil)
+	idem.HTTP(nil).Write(rec, r, idempotent.Result{Response: idempotent.Response{Status: http.StatusServiceUnavailable}, Outcome: idempotent.Executed}, nil)
 	if got := rec.Result().Header.Get("Retry-After"); got != web.RetryAfterUnavailable {
 		t.Errorf("503 response: Retry-After %q, want %q", got, web.RetryAfterUnavailable)
 	}
 	rec = httptest.NewRecorder()
-	idemhttp.Write(rec, r, idempotent.Result{Outcome: idempotent.InProgress}, idempotent.ErrKeyInUse)
+	idem.HTTP(nil).Write(rec, r, idempotent.Result{Outcome: idempotent.InProgress}, idempotent.ErrKeyInUse)
 	if res := rec.Result(); res.StatusCode != http.StatusConflict || res.Header.Get("Retry-After") != "1" {
 		t.Errorf("in progress: %d Retry-After %q, want 409 with 1", res.StatusCode, res.Header.Get("Retry-After"))
 	}
@@ -90,7 +91,7 @@ func TestWriteRetryAfter(t *testing.T) {
 func TestLockLostIsUnavailable(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/v1/payments/notify", nil)
 	rec := httptest.NewRecorder()
-	idemhttp.Write(rec, r, idempotent.Result{Outcome: idempotent.Failed}, fmt.Errorf("apply: %w", idempotent.ErrLockLost))
+	idem.HTTP(nil).Write(rec, r, idempotent.Result{Outcome: idempotent.Failed}, fmt.Errorf("apply: %w", idempotent.ErrLockLost))
 	res := rec.Result()
 	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
 		t.Fatalf("lock lost: %d Retry-After %q, want 503 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
@@ -109,12 +110,12 @@ func TestLockLostIsUnavailable(t *testing.T) {
 func TestConflictsAreUnavailable(t *testing.T) {
 	db := testenv.DB(t)
 	guard := idempotent.New(db, testenv.Redis(t).Client, idempotent.Config{
-		Classify: idemhttp.Classify(db),
-		Reject:   idemhttp.StoredProblem,
+		Classify: idem.Classify(db),
+		Reject:   idem.StoredProblem,
 		RetryFor: 300 * time.Millisecond,
 	})
-	adapter := idemhttp.New(guard)
-	key := idempotent.Key{Scope: "user:7", BizType: idemhttp.BizType, BizKey: "conflict-" + t.Name()}
+	adapter := idem.HTTP(guard)
+	key := idempotent.Key{Scope: "user:7", BizType: httpkey.BizType, BizKey: "conflict-" + t.Name()}
 	body := []byte(`{"name":"x"}`)
 	post := func(work idempotent.Work) *http.Response {
 		r := httptest.NewRequest(http.MethodPost, "/v1/things", strings.NewReader(string(body)))
@@ -138,7 +139,7 @@ func TestConflictsAreUnavailable(t *testing.T) {
 		t.Errorf("problem %+v (%v), want code unavailable naming no driver error", p, err)
 	}
 	if testenv.UsingMySQL() {
-		if got := res.Header.Get(idemhttp.HeaderOutcome); got != string(idempotent.Unavailable) || runs < 5 {
+		if got := res.Header.Get(httpkey.HeaderOutcome); got != string(idempotent.Unavailable) || runs < 5 {
 			t.Errorf("Idempotency-Outcome %q after %d runs, want %q after more than 4", got, runs, idempotent.Unavailable)
 		}
 	}
@@ -146,9 +147,9 @@ func TestConflictsAreUnavailable(t *testing.T) {
 		t.Fatalf("after the 503 the key's record: found=%v err=%v, want none", found, err)
 	}
 	back := post(idempotent.Respond(func(context.Context, *gorm.DB) (idempotent.Response, error) {
-		return idemhttp.JSON(http.StatusCreated, map[string]string{"name": "x"}), nil
+		return idem.JSON(http.StatusCreated, map[string]string{"name": "x"}), nil
 	}))
-	if back.StatusCode != http.StatusCreated || back.Header.Get(idemhttp.HeaderOutcome) != string(idempotent.Executed) {
-		t.Errorf("conflicts over: %d %s, want 201 executed", back.StatusCode, back.Header.Get(idemhttp.HeaderOutcome))
+	if back.StatusCode != http.StatusCreated || back.Header.Get(httpkey.HeaderOutcome) != string(idempotent.Executed) {
+		t.Errorf("conflicts over: %d %s, want 201 executed", back.StatusCode, back.Header.Get(httpkey.HeaderOutcome))
 	}
 }

@@ -1,18 +1,4 @@
-// Package idemadmin serves the operator's side of the idempotency layer over HTTP: the
-// published policy (GET /v1/idempotency-policy, public, as the IETF Idempotency-Key draft
-// asks of servers) and the admin routes that look up a key's dedup record and evict a stored
-// client error so that the next attempt runs again (GET and DELETE
-// /v1/admin/idempotency-records).
-//
-// A record is named by one of two selectors:
-//
-//	?user_id=<id>&key=<Idempotency-Key>          a client's key (scope user:<id>)
-//	?biz_type=<type>&biz_key=<key>[&scope=<s>]   any record, e.g. a payment notification:
-//	                                             biz_type=channel.trade, biz_key=<trade_no>,
-//	                                             scope=channel:<channel>
-//
-// Without scope, the biz selector must match exactly one record.
-package idemadmin
+package idem
 
 import (
 	"encoding/json"
@@ -22,12 +8,13 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncepay/oncepay/idempotent"
-	"github.com/oncepay/oncepay/internal/idemhttp"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -37,19 +24,34 @@ import (
 // from several.
 const maxScopeMatches = 10
 
-// Handler serves the policy and the admin routes of one guard.
-type Handler struct {
-	guard     *idempotent.Guard
-	policy    []byte
+// API serves the service's own routes of the idempotency layer over HTTP: the published
+// policy (GET /v1/idempotency-policy, public, as the IETF Idempotency-Key draft asks of
+// servers), the one-time tokens of forms (POST /v1/idempotency-tokens) and the admin routes
+// that look up a key's dedup record and evict a stored client error so that the next attempt
+// runs again (GET and DELETE /v1/admin/idempotency-records).
+//
+// A record is named by one of two selectors:
+//
+//	?user_id=<id>&key=<Idempotency-Key>          a client's key (scope user:<id>)
+//	?biz_type=<type>&biz_key=<key>[&scope=<s>]   any record, e.g. a payment notification:
+//	                                             biz_type=channel.trade, biz_key=<trade_no>,
+//	                                             scope=channel:<channel>
+//
+// Without scope, the biz selector must match exactly one record.
+type API struct {
+	guard *idempotent.Guard
+	// policy is the published policy's document, built at its first request: by then every
+	// route is mounted and the marks that say which require a key are read.
+	policy    func() []byte
 	lookups   *prometheus.CounterVec
 	evictions *prometheus.CounterVec
 }
 
-// New returns the handler of guard. requiredOn lists the routes that require an
-// Idempotency-Key ("POST /v1/orders"), for the policy; reg receives the lookup and eviction
-// counters (nil registers nothing).
-func New(guard *idempotent.Guard, requiredOn []string, reg prometheus.Registerer) *Handler {
-	h := &Handler{
+// NewAPI returns the API of guard. The policy lists as requiring an Idempotency-Key the
+// routes marks says do (Marks.KeyRequired), once they are collected; reg receives the lookup
+// and eviction counters (nil registers nothing).
+func NewAPI(guard *idempotent.Guard, marks *Marks, reg prometheus.Registerer) *API {
+	h := &API{
 		guard: guard,
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncepay_idempotency_admin_lookups_total",
@@ -63,18 +65,40 @@ func New(guard *idempotent.Guard, requiredOn []string, reg prometheus.Registerer
 	if reg != nil {
 		reg.MustRegister(h.lookups, h.evictions)
 	}
-	h.policy, _ = json.MarshalIndent(PolicyOf(guard.Policy(), requiredOn), "", "  ")
-	h.policy = append(h.policy, '\n')
+	h.policy = sync.OnceValue(func() []byte {
+		doc, _ := json.MarshalIndent(PolicyOf(guard.Policy(), marks.KeyRequired()), "", "  ")
+		return append(doc, '\n')
+	})
 	return h
 }
 
 // PolicyHandler serves GET /v1/idempotency-policy: the published policy, the same for every
 // caller, cacheable.
-func (h *Handler) PolicyHandler(w http.ResponseWriter, _ *http.Request) {
+func (h *API) PolicyHandler(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "public, max-age=300")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(h.policy)
+	_, _ = w.Write(h.policy())
+}
+
+// TokenHandler serves POST /v1/idempotency-tokens: a one-time token bound to the caller (I7),
+// to be sent back as the Idempotency-Key of the form it was issued for. Issuing cannot step
+// around Redis: without it the answer is 503 in either failure mode.
+func (h *API) TokenHandler(w http.ResponseWriter, r *http.Request) {
+	who, ok := web.UserScope(r)
+	if !ok {
+		web.WriteError(w, r, apperr.ErrUnauthorized)
+		return
+	}
+	token, expires, err := h.guard.IssueToken(r.Context(), who)
+	if err != nil {
+		web.WriteError(w, r, apperr.ErrUnavailable.Withf("redis is unavailable: cannot issue a token"))
+		return
+	}
+	web.WriteJSON(w, http.StatusCreated, map[string]string{
+		"token":      token,
+		"expires_at": expires.Format(time.RFC3339),
+	})
 }
 
 // RecordView is an idempotency record as the admin routes show it. The stored body is not
@@ -133,7 +157,7 @@ func ViewOf(rec idempotent.Record) RecordView {
 		c, u, e := rec.CreatedAt.UTC(), rec.UpdatedAt.UTC(), rec.ExpiresAt.UTC()
 		v.CreatedAt, v.UpdatedAt, v.ExpiresAt = &c, &u, &e
 	}
-	if id, ok := strings.CutPrefix(rec.Scope, "user:"); ok && rec.BizType == idemhttp.BizType {
+	if id, ok := strings.CutPrefix(rec.Scope, "user:"); ok && rec.BizType == httpkey.BizType {
 		v.UserID = id
 	}
 	switch {
@@ -155,7 +179,7 @@ func ViewOf(rec idempotent.Record) RecordView {
 // key whose first attempt is still running, so that no record is committed yet — the key in
 // progress, with the lease's remaining time and the attempts answered so far (409s). A key in
 // flight is found by a full selector only (user_id and key, or biz_type, biz_key and scope).
-func (h *Handler) Lookup(w http.ResponseWriter, r *http.Request) {
+func (h *API) Lookup(w http.ResponseWriter, r *http.Request) {
 	var v RecordView
 	rec, err := h.find(r)
 	if err == nil {
@@ -181,7 +205,7 @@ func (h *Handler) Lookup(w http.ResponseWriter, r *http.Request) {
 // Evict serves DELETE /v1/admin/idempotency-records: it forgets the stored 4xx outcome the
 // selector names — record and replay cache — so that the next attempt with the key runs
 // again. A stored success is refused with 409 effect_committed.
-func (h *Handler) Evict(w http.ResponseWriter, r *http.Request) {
+func (h *API) Evict(w http.ResponseWriter, r *http.Request) {
 	rec, err := h.find(r)
 	if err == nil {
 		k := idempotent.Key{Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey}
@@ -206,7 +230,7 @@ func (h *Handler) Evict(w http.ResponseWriter, r *http.Request) {
 
 // inFlight answers a lookup that found no record: the key in progress when an attempt holds
 // its lease, or notFound.
-func (h *Handler) inFlight(r *http.Request, notFound error) (RecordView, error) {
+func (h *API) inFlight(r *http.Request, notFound error) (RecordView, error) {
 	sel, err := parseSelector(r.URL.Query())
 	if err != nil || sel.Scope == "" {
 		return RecordView{}, notFound
@@ -224,7 +248,7 @@ func (h *Handler) inFlight(r *http.Request, notFound error) (RecordView, error) 
 }
 
 // find reads the selector of r and returns the committed record it names.
-func (h *Handler) find(r *http.Request) (idempotent.Record, error) {
+func (h *API) find(r *http.Request) (idempotent.Record, error) {
 	sel, err := parseSelector(r.URL.Query())
 	if err != nil {
 		return idempotent.Record{}, err
@@ -286,7 +310,7 @@ func parseSelector(q url.Values) (idempotent.Key, error) {
 		if !idempotent.ValidKey(key) {
 			return idempotent.Key{}, apperr.ErrInvalidRequest.Withf("key must be an Idempotency-Key: 1..255 visible ASCII characters")
 		}
-		return idempotent.Key{Scope: "user:" + strconv.FormatInt(id, 10), BizType: idemhttp.BizType, BizKey: key}, nil
+		return idempotent.Key{Scope: "user:" + strconv.FormatInt(id, 10), BizType: httpkey.BizType, BizKey: key}, nil
 	case biz:
 		k := idempotent.Key{Scope: q.Get("scope"), BizType: q.Get("biz_type"), BizKey: q.Get("biz_key")}
 		if k.BizType == "" || k.BizKey == "" || (has("scope") && k.Scope == "") {
@@ -313,7 +337,7 @@ func adminErr(err error, k idempotent.Key) error {
 	case errors.Is(err, idempotent.ErrKeyInUse):
 		return apperr.New(http.StatusConflict, idempotent.ErrKeyInUse.Code, "an attempt with this key is running, or its record is still being written; retry later")
 	default:
-		return idemhttp.AsAppErr(err)
+		return appErr(httpkey.Status(err), err)
 	}
 }
 
