@@ -109,13 +109,12 @@ func (h *Handler) createRecharge(w http.ResponseWriter, r *http.Request, key ide
 		return
 	}
 	userID, _ := web.UserID(r.Context())
-	_, _ = h.idem.Do(w, r, key, body, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-		rc, err := h.recharges.Create(ctx, tx, userID, *req.Amount)
-		if err != nil {
-			return idempotent.Response{}, err
-		}
-		return idem.JSON(http.StatusCreated, rechargeView(rc), "Location", "/v1/recharges/"+ids.Format(rc.ID)), nil
-	}))
+	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
+		_, err := h.recharges.Create(ctx, tx, userID, *req.Amount, func(rc Recharge) error {
+			return record(idem.JSON(http.StatusCreated, rechargeView(rc), "Location", "/v1/recharges/"+ids.Format(rc.ID)))
+		})
+		return err
+	})
 }
 
 // getRecharge serves GET /v1/recharges/{recharge_id}. An unknown, malformed or another

@@ -65,7 +65,7 @@ func TestNotifyRollsBackWithTheCallersTransaction(t *testing.T) {
 	recharges := account.NewRecharges(db, gen, account.NewLedger(db, gen), anomaly.NewRecorder(db, gen), outbox.NewWriter(gen))
 	var rc account.Recharge
 	err := db.Transaction(func(tx *gorm.DB) (err error) {
-		rc, err = recharges.Create(ctx, tx, userID, 900)
+		rc, err = recharges.Create(ctx, tx, userID, 900, func(account.Recharge) error { return nil })
 		return err
 	})
 	must(t, err)
@@ -123,7 +123,7 @@ func TestApplyOutcomes(t *testing.T) {
 	recharges := account.NewRecharges(db, gen, account.NewLedger(db, gen), anomaly.NewRecorder(db, gen), outbox.NewWriter(gen))
 	var rc account.Recharge
 	must(t, db.Transaction(func(tx *gorm.DB) (err error) {
-		rc, err = recharges.Create(ctx, tx, userID, 1200)
+		rc, err = recharges.Create(ctx, tx, userID, 1200, func(account.Recharge) error { return nil })
 		return err
 	}))
 	rid := ids.Format(rc.ID)

@@ -96,7 +96,7 @@ func (s *Recharges) Ledger() *Ledger { return s.ledger }
 
 // Create records a PENDING recharge of amount cents for userID in tx (the guard's, so that
 // a retried POST returns this same recharge).
-func (s *Recharges) Create(ctx context.Context, tx *gorm.DB, userID, amount int64) (Recharge, error) {
+func (s *Recharges) Create(ctx context.Context, tx *gorm.DB, userID, amount int64, record func(Recharge) error) (Recharge, error) {
 	if amount < 1 || amount > MaxAmount {
 		return Recharge{}, ErrInvalidAmount
 	}
@@ -109,10 +109,12 @@ func (s *Recharges) Create(ctx context.Context, tx *gorm.DB, userID, amount int6
 	}
 	now = now.Truncate(time.Microsecond)
 	rc := Recharge{ID: s.ids.Next(), UserID: userID, Amount: amount, Status: RechargePending, CreatedAt: now, UpdatedAt: now}
-	if err := tx.WithContext(ctx).Create(&rc).Error; err != nil {
+	b := database.Hold(tx)
+	b.Insert(ctx, &rc)
+	if err := record(rc); err != nil {
 		return Recharge{}, err
 	}
-	return rc, nil
+	return rc, b.Send(ctx)
 }
 
 // Get returns the user's recharge id; another user's recharge is ErrRechargeNotFound.

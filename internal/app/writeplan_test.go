@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,16 @@ func TestWritesArePlanned(t *testing.T) {
 		t.Logf("a trade report:\n%s", describeCmds(tx))
 	})
 
+	t.Run("refund", func(t *testing.T) {
+		// The order the trade report paid: a partial refund of it.
+		tx := planOf(t, func() {
+			apptest.Must(t, s.Do(http.MethodPost, "/v1/orders/"+created.OrderID+"/refunds", apptest.AliceKey,
+				map[string]any{"amount": 100}, apptest.IdemKey("plan-refund-"+apptest.RandHex(4))), http.StatusCreated)
+		})
+		recordFirst(t, tx)
+		t.Logf("a refund:\n%s", describeCmds(tx))
+	})
+
 	t.Run("cancel", func(t *testing.T) {
 		o := s.CreateOrder(t, apptest.AliceKey, "plan-cancel-"+apptest.RandHex(4), item)
 		tx := planOf(t, func() {
@@ -102,6 +113,18 @@ func TestWritesArePlanned(t *testing.T) {
 		})
 		recordFirst(t, tx)
 		t.Logf("opening a trade:\n%s", describeCmds(tx))
+	})
+
+	t.Run("recharge", func(t *testing.T) {
+		tx := planOf(t, func() {
+			apptest.Must(t, s.Do(http.MethodPost, "/v1/recharges", apptest.AliceKey, map[string]any{"amount": 500},
+				apptest.IdemKey("plan-recharge-"+apptest.RandHex(4))), http.StatusCreated)
+		})
+		recordFirst(t, tx)
+		if len(tx) > 4 {
+			t.Errorf("a recharge took %d round trips, want at most 4:\n%s", len(tx), describeCmds(tx))
+		}
+		t.Logf("a recharge:\n%s", describeCmds(tx))
 	})
 }
 
@@ -124,7 +147,7 @@ func describeCmds(cmds []testenv.Command) string {
 	var b strings.Builder
 	for i, c := range cmds {
 		b.WriteString("round trip ")
-		b.WriteString(string(rune('1' + i)))
+		b.WriteString(strconv.Itoa(i + 1))
 		b.WriteString(":\n")
 		b.WriteString(describe(testenv.Statements([]testenv.Command{c})))
 		b.WriteString("\n")

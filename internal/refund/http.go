@@ -99,18 +99,17 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request, key idempotent.
 			slog.WarnContext(ctx, "refund submitted later by resume-refunds", "refund_id", created.ID, "err", err)
 		}
 	}
-	_, _ = h.idem.Run(w, r, guarded, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+	_, _ = h.idem.Run(w, r, guarded, func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
 		id, ok := ids.Parse(chi.URLParam(r, "order_id"))
 		if !ok {
-			return idempotent.Response{}, order.ErrNotFound
+			return order.ErrNotFound
 		}
-		rf, err := h.refunds.Create(ctx, tx, userID, id, req.Amount, req.Reason)
-		if err != nil {
-			return idempotent.Response{}, err
-		}
+		rf, err := h.refunds.Create(ctx, tx, userID, id, req.Amount, req.Reason, func(rf Refund) error {
+			return record(idem.JSON(http.StatusCreated, ViewOf(rf), "Location", "/v1/refunds/"+ids.Format(rf.ID)))
+		})
 		created = rf
-		return idem.JSON(http.StatusCreated, ViewOf(rf), "Location", "/v1/refunds/"+ids.Format(rf.ID)), nil
-	}))
+		return err
+	})
 }
 
 // decodeCreate reads and validates the body of POST /v1/orders/{order_id}/refunds; an empty

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/notify"
@@ -41,24 +42,33 @@ func NewService(db *gorm.DB, gen *ids.Generator, orders *order.Service, clients 
 }
 
 // Create commits the first recovery point of a refund of userID's PAID order id, in tx (the
-// guard's): the order row is locked so that concurrent refunds of one order are counted one
-// after the other — a FAILED refund the channel later reported SUCCESS counts as refunded
-// (refund_status_conflict: the money went back) — the amount defaults to what is left and may
-// not exceed it
-// (ErrExceedsPaid), and the row is inserted PENDING with its fresh out_refund_no. The channel
-// is not called here: Submit does, after the commit, so that the number exists before any
-// call can have used it (I8).
-func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID, id int64, amount *int64, reason string) (Refund, error) {
-	o, err := s.orders.LockPaid(ctx, tx, userID, id)
-	if err != nil {
+// guard's), in the order it runs:
+//
+//  1. the order and what its refunds take already, plain reads that lock nothing: an order
+//     that is not PAID is ErrIllegalState, and an amount over what is left ErrExceedsPaid —
+//     the amount defaults to what is left; a FAILED refund the channel later reported SUCCESS
+//     counts as taken (refund_status_conflict: the money went back);
+//  2. one batch: the refund row, PENDING with its fresh out_refund_no, then the dedup record
+//     of it (record);
+//  3. the contended row last: the order locked (order.Service.Lock, certified on Galera), so
+//     that concurrent refunds of one order are counted one after the other, and what its
+//     refunds take counted again with this one, a current read that sees every refund
+//     committed while this one waited for the lock. Over the order's amount is
+//     idempotent.ErrStale: the guard runs the transaction again, and step 1 answers.
+//
+// The channel is not called here: Submit does, after the commit, so that the number exists
+// before any call can have used it (I8).
+func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID, id int64, amount *int64, reason string, record func(Refund) error) (Refund, error) {
+	o, err := s.orders.Lookup(ctx, tx, id)
+	switch {
+	case err != nil:
 		return Refund{}, err
+	case o.UserID != userID:
+		return Refund{}, order.ErrNotFound
+	case o.Status != order.Paid:
+		return Refund{}, order.ErrIllegalState.Withf("order %d is %s; only %s orders can be refunded", id, o.Status, order.Paid)
 	}
-	var refunded int64
-	// A current read (FOR UPDATE on MySQL): under REPEATABLE READ a plain SUM would answer
-	// from this transaction's snapshot, older than the refund that committed while it waited
-	// for the order's lock.
-	err = database.ForUpdate(tx.WithContext(ctx)).Model(&Refund{}).Select("COALESCE(SUM(amount), 0)").
-		Where("order_id = ? AND anomaly_id IS NULL AND (status <> ? OR channel_status = ?)", o.ID, Failed, "SUCCESS").Scan(&refunded).Error
+	refunded, err := taken(tx.WithContext(ctx), o.ID)
 	if err != nil {
 		return Refund{}, err
 	}
@@ -76,7 +86,39 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID, id int64, amo
 		r.Channel = *o.Channel
 	}
 	r.TradeNo = o.TradeNo
-	return r, tx.WithContext(ctx).Create(&r).Error
+
+	b := database.Hold(tx)
+	b.Insert(ctx, &r)
+	if err := record(r); err != nil {
+		return Refund{}, err
+	}
+	if err := b.Send(ctx); err != nil {
+		return Refund{}, err
+	}
+
+	if err := s.orders.Lock(ctx, tx, id); err != nil {
+		return Refund{}, err
+	}
+	// A current read (FOR UPDATE on MySQL): under REPEATABLE READ a plain SUM would answer
+	// from this transaction's snapshot, older than the refund that committed while it waited
+	// for the order's lock. A PAID order only moves on by its refunds (to REFUNDED), which
+	// this sum counts.
+	if refunded, err = taken(database.ForUpdate(tx.WithContext(ctx)), o.ID); err != nil {
+		return Refund{}, err
+	}
+	if refunded > o.Amount {
+		return Refund{}, fmt.Errorf("%w: order %d: %d taken by its refunds, this one included, over %d paid", idempotent.ErrStale, o.ID, refunded, o.Amount)
+	}
+	return r, nil
+}
+
+// taken is what the refunds of order id take from its payment: every refund of it that is not
+// FAILED, and the FAILED ones the channel reported SUCCESS, read on db.
+func taken(db *gorm.DB, id int64) (int64, error) {
+	var n int64
+	err := db.Model(&Refund{}).Select("COALESCE(SUM(amount), 0)").
+		Where("order_id = ? AND anomaly_id IS NULL AND (status <> ? OR channel_status = ?)", id, Failed, "SUCCESS").Scan(&n).Error
+	return n, err
 }
 
 // newRow is a PENDING refund of amount for userID, with its own out_refund_no.
