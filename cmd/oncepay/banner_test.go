@@ -21,6 +21,7 @@ const (
 	testAdminKey      = "Adm9-real-admin-key-7f3c"
 	testChannelSecret = "Chn4-real-channel-secret-91ab"
 	testDSNPassword   = "Pwd8-real-password-55"
+	testWebhookKeys   = "k1:cmVhbC13ZWJob29rLWtleS0zMi1ieXRlcy1sb25nISE="
 )
 
 // assertNoSecret fails the test if out contains one of secrets or its first four characters.
@@ -94,7 +95,7 @@ func TestStartupOutputHidesSecrets(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := buildBinary(t)
-	secrets := []string{testAdminKey, testChannelSecret, testDSNPassword}
+	secrets := []string{testAdminKey, testChannelSecret, testDSNPassword, testWebhookKeys}
 
 	t.Run("embedded start", func(t *testing.T) {
 		t.Parallel()
@@ -171,7 +172,9 @@ func TestStartupOutputHidesSecrets(t *testing.T) {
 			"ONCEPAY_CHANNEL_SECRET": testChannelSecret,
 			// Nothing listens on port 1: the start fails after the configuration is logged.
 			"ONCEPAY_MYSQL_DSN": "oncepay:" + testDSNPassword + "@tcp(127.0.0.1:1)/oncepay?timeout=2s",
-			"ONCEPAY_DATA_DIR":  dir,
+			// A real database needs a key ring for the webhook secrets (it is a secret too).
+			"ONCEPAY_WEBHOOK_KEYS": testWebhookKeys,
+			"ONCEPAY_DATA_DIR":     dir,
 			// A real database needs the channel named; the simulator, on purpose, will do.
 			"ONCEPAY_CHANNEL_URL": "embedded",
 		})
