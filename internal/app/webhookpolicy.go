@@ -10,11 +10,15 @@ import (
 // webhookPolicy is the address policy of webhooks (issue 27): public addresses, plus
 // ONCEPAY_WEBHOOK_ALLOW_CIDRS, plus loopback in dev; never a metadata address and never
 // oncepay's own listener, its embedded Redis and Kafka, or a channel's API — a webhook aimed at
-// the simulator's pay URL would pay an order.
-func webhookPolicy(ctx context.Context, cfg config.Config) webhook.AddressPolicy {
+// the simulator's pay URL would pay an order. channelURL is the channel's base URL as started:
+// the embedded simulator's real address, which ONCEPAY_EMBEDDED_CHANNEL_ADDR does not tell when
+// its port is 0 (a free one, as every test instance runs it): the configured 127.0.0.1:0 alone
+// guarded no port at all, and a webhook to the simulator's pay URL paid the order (hostile
+// pass of issue 27).
+func webhookPolicy(ctx context.Context, cfg config.Config, channelURL string) webhook.AddressPolicy {
 	own := []string{cfg.HTTPAddr, cfg.PublicURL}
 	if cfg.EmbeddedChannel() {
-		own = append(own, cfg.EmbeddedChannelAddr)
+		own = append(own, cfg.EmbeddedChannelAddr, channelURL)
 	}
 	if cfg.EmbeddedRedis() {
 		own = append(own, cfg.EmbeddedRedisAddr)
