@@ -2,6 +2,9 @@ package app
 
 import (
 	"context"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/webhook"
@@ -20,11 +23,19 @@ func webhookPolicy(ctx context.Context, cfg config.Config, channelURL string) we
 	if cfg.EmbeddedChannel() {
 		own = append(own, cfg.EmbeddedChannelAddr, channelURL)
 	}
+	// The dependencies, embedded or not: a webhook to the Redis, Kafka or database of this
+	// deployment is refused even in dev mode and inside ONCEPAY_WEBHOOK_ALLOW_CIDRS (they were
+	// own addresses only when embedded; hostile pass of issue 27).
 	if cfg.EmbeddedRedis() {
 		own = append(own, cfg.EmbeddedRedisAddr)
 	}
+	own = append(own, cfg.RedisAddrs...)
 	if cfg.EmbeddedKafka() {
 		own = append(own, cfg.EmbeddedKafkaAddr)
+	}
+	own = append(own, cfg.KafkaBrokers...)
+	if dsn, err := mysql.ParseDSN(cfg.MySQLDSN); cfg.MySQLDSN != "" && err == nil && strings.HasPrefix(dsn.Net, "tcp") {
+		own = append(own, dsn.Addr)
 	}
 	for _, ch := range cfg.Channels {
 		if ch.URL != "" {
