@@ -292,3 +292,30 @@ func TestRebindingWithinOneDialNeverConnects(t *testing.T) {
 		t.Errorf("%d answered, %d refused, %d connections to the allowed address: the seam did not alternate", ok, refused, allowedConns.Load())
 	}
 }
+
+// TestDevAllowsOnlyRealLoopback: dev mode allows loopback — an address this machine answers
+// on itself (127/8, ::1, and ::ffff:127.x, which Go dials as IPv4) — and not an IPv6 address
+// that merely carries 127.x: a NAT64 (64:ff9b::7f00:1), 6to4 (2002:7f00:1::) or
+// IPv4-compatible (::127.0.0.1) address leaves the machine, and behind a NAT64 gateway
+// reaches the gateway's own loopback. Checked without a packet: at registration and by the
+// policy's verdict on the address the dialer would dial.
+func TestDevAllowsOnlyRealLoopback(t *testing.T) {
+	ctx := context.Background()
+	dns := &fakeDNS{}
+	dns.set("nat64.example", "64:ff9b::7f00:1")
+	p := webhook.AddressPolicy{Dev: true, Resolver: dns}
+	for _, raw := range []string{"http://[64:ff9b::7f00:1]:9000/", "http://[2002:7f00:1::]:9000/", "http://[::127.0.0.1]:9000/",
+		"http://[::7f00:1]:9000/", "http://nat64.example:9000/"} {
+		wantRefused(t, raw, p.CheckURL(ctx, raw), webhook.RuleLoopback)
+	}
+	for _, a := range []string{"64:ff9b::7f00:1", "2002:7f00:1::", "::127.0.0.1"} {
+		if rule := p.CheckAddr(netip.MustParseAddr(a), 9000); rule != webhook.RuleLoopback {
+			t.Errorf("dial of %s: rule %q, want loopback", a, rule)
+		}
+	}
+	for _, raw := range []string{"http://127.0.0.1:9000/", "http://127.0.0.2:9000/", "http://[::1]:9000/", "http://[::ffff:127.0.0.1]:9000/", "http://localhost:9000/"} {
+		if err := p.CheckURL(ctx, raw); err != nil {
+			t.Errorf("dev refused %s: %v", raw, err)
+		}
+	}
+}
