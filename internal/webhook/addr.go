@@ -176,7 +176,11 @@ func (p AddressPolicy) CheckAddr(a netip.Addr, port uint16) Rule {
 	for _, r := range ranges {
 		for _, pre := range r.prefixes {
 			if pre.Contains(c) {
-				if r.rule == RuleLoopback && p.Dev {
+				// Dev allows loopback: an address this machine answers on itself. A NAT64,
+				// 6to4 or IPv4-compatible address that carries 127.x is judged loopback, and
+				// stays refused in dev: it leaves the machine (behind a NAT64 gateway, it
+				// reaches the gateway's own loopback). ::ffff:127.x is dialled as IPv4.
+				if r.rule == RuleLoopback && p.Dev && a.Unmap().IsLoopback() {
 					return ""
 				}
 				return r.rule
