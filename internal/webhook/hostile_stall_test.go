@@ -123,7 +123,7 @@ func hostileReceiver(t *testing.T, kind string) string {
 // TestHostileReceiversDelayOnlyThemselves: one instance, and beside a healthy receiver every
 // kind of receiver a hostile admin can register — silent, TLS handshake that never ends,
 // trickling body, endless body, status line a byte at a time, a megabyte of headers, a name
-// whose DNS never answers, and 40 more silent endpoints. Each event committed must be in the
+// whose DNS never answers, and 5 more silent endpoints. Each event committed must be in the
 // feed within 1 s and at the healthy receiver within 2 s (p99; asserted with half again as
 // margin for a loaded machine), and every hostile attempt ends within the attempt timeout.
 func TestHostileReceiversDelayOnlyThemselves(t *testing.T) {
@@ -138,7 +138,7 @@ func TestHostileReceiversDelayOnlyThemselves(t *testing.T) {
 		hostileReceiver(t, "hugeHeaders"),
 		"http://hang.example:9/hook",
 	}
-	for range 40 {
+	for range 5 {
 		urls = append(urls, "http://"+silentTCP(t)+"/hook")
 	}
 	var hostile []webhook.Endpoint
