@@ -102,7 +102,8 @@ func TestSlowAttemptsSentOnceAcrossInstances(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 3 {
 		pool := apptest.OpenPool(t, f.db, f.dsn)
-		s := webhook.NewSender(pool, f.gen, anomaly.NewRecorder(pool, f.gen), []time.Duration{pause, time.Hour}, 3*time.Second)
+		s := webhook.NewSender(pool, f.gen, anomaly.NewRecorder(pool, f.gen), []time.Duration{pause, time.Hour}, 3*time.Second).
+			UsePolicy(webhook.AddressPolicy{Dev: true}).UseKeys(testKeys())
 		s.Jitter = func(d time.Duration) time.Duration { return d }
 		loop := &webhook.Loop{Sequencer: webhook.NewSequencer(pool, f.gen), Sender: s, Interval: 50 * time.Millisecond}
 		wg.Go(func() { _ = loop.Run(ctx) })
