@@ -24,8 +24,13 @@ func main() {
 
 	// The endpoint's secret comes from the environment, never from a flag (a process list
 	// shows flags): WEBHOOK_SECRET, comma-separated during a rotation.
-	secrets := strings.Split(os.Getenv("WEBHOOK_SECRET"), ",")
-	if secrets[0] == "" {
+	var secrets []string
+	for _, s := range strings.Split(os.Getenv("WEBHOOK_SECRET"), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			secrets = append(secrets, s)
+		}
+	}
+	if len(secrets) == 0 {
 		log.Fatal("set WEBHOOK_SECRET to the secret POST /v1/admin/webhook-endpoints answered")
 	}
 	dialector := sqlite.Open(*path + "?_pragma=busy_timeout(5000)&_txlock=immediate")

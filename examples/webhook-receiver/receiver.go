@@ -10,12 +10,15 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -59,8 +62,30 @@ type Receiver struct {
 	Dedup bool
 }
 
-// New returns a receiver on db, creating its tables.
+// MinKeyBytes is the shortest signing key a secret may carry: the specification's 24 bytes.
+const MinKeyBytes = 24
+
+// checkSecret refuses a secret that is not whsec_ and the base64 of at least MinKeyBytes: an
+// empty one — a trailing comma in WEBHOOK_SECRET, or "whsec_" alone — would be an HMAC key
+// of zero bytes, which anyone can sign with.
+func checkSecret(secret string) error {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil || len(key) < MinKeyBytes {
+		return fmt.Errorf("a secret must be whsec_ and the base64 of at least %d bytes, as oncepay answers it", MinKeyBytes)
+	}
+	return nil
+}
+
+// New returns a receiver on db, creating its tables; every secret must be a real one.
 func New(db *gorm.DB, secrets []string, tolerance time.Duration) (*Receiver, error) {
+	if len(secrets) == 0 {
+		return nil, errors.New("no secret given")
+	}
+	for i, s := range secrets {
+		if err := checkSecret(s); err != nil {
+			return nil, fmt.Errorf("secret %d: %w", i+1, err)
+		}
+	}
 	if err := db.AutoMigrate(&ProcessedEvent{}, &Shipment{}); err != nil {
 		return nil, err
 	}
@@ -115,6 +140,9 @@ func (rc *Receiver) Verify(h http.Header, body []byte, now time.Time) (string, e
 		return "", errors.New("timestamp outside the tolerance")
 	}
 	for _, secret := range rc.Secrets {
+		if checkSecret(secret) != nil {
+			continue // never an empty or short key, which anyone could sign with
+		}
 		wh, err := standardwebhooks.NewWebhook(secret)
 		if err == nil && wh.VerifyIgnoringTimestamp(body, h) == nil {
 			return id, nil

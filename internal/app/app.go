@@ -294,7 +294,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	if _, err := a.endpoints.Reseal(ctx); err != nil {
 		return nil, fmt.Errorf("seal webhook secrets: %w", err)
 	}
-	a.webhookPolicy = webhookPolicy(ctx, cfg)
+	a.webhookPolicy = webhookPolicy(ctx, cfg, a.ChannelURL)
 	a.feed = webhook.NewFeed(a.DB)
 	hookMetrics := webhook.NewMetrics(a.Registry, a.DB)
 	sequencer := webhook.NewSequencer(a.DB, a.IDs)

@@ -2,6 +2,9 @@ package app
 
 import (
 	"context"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/webhook"
@@ -10,17 +13,29 @@ import (
 // webhookPolicy is the address policy of webhooks (issue 27): public addresses, plus
 // ONCEPAY_WEBHOOK_ALLOW_CIDRS, plus loopback in dev; never a metadata address and never
 // oncepay's own listener, its embedded Redis and Kafka, or a channel's API — a webhook aimed at
-// the simulator's pay URL would pay an order.
-func webhookPolicy(ctx context.Context, cfg config.Config) webhook.AddressPolicy {
+// the simulator's pay URL would pay an order. channelURL is the channel's base URL as started:
+// the embedded simulator's real address, which ONCEPAY_EMBEDDED_CHANNEL_ADDR does not tell when
+// its port is 0 (a free one, as every test instance runs it): the configured 127.0.0.1:0 alone
+// guarded no port at all, and a webhook to the simulator's pay URL paid the order (hostile
+// pass of issue 27).
+func webhookPolicy(ctx context.Context, cfg config.Config, channelURL string) webhook.AddressPolicy {
 	own := []string{cfg.HTTPAddr, cfg.PublicURL}
 	if cfg.EmbeddedChannel() {
-		own = append(own, cfg.EmbeddedChannelAddr)
+		own = append(own, cfg.EmbeddedChannelAddr, channelURL)
 	}
+	// The dependencies, embedded or not: a webhook to the Redis, Kafka or database of this
+	// deployment is refused even in dev mode and inside ONCEPAY_WEBHOOK_ALLOW_CIDRS (they were
+	// own addresses only when embedded; hostile pass of issue 27).
 	if cfg.EmbeddedRedis() {
 		own = append(own, cfg.EmbeddedRedisAddr)
 	}
+	own = append(own, cfg.RedisAddrs...)
 	if cfg.EmbeddedKafka() {
 		own = append(own, cfg.EmbeddedKafkaAddr)
+	}
+	own = append(own, cfg.KafkaBrokers...)
+	if dsn, err := mysql.ParseDSN(cfg.MySQLDSN); cfg.MySQLDSN != "" && err == nil && strings.HasPrefix(dsn.Net, "tcp") {
+		own = append(own, dsn.Addr)
 	}
 	for _, ch := range cfg.Channels {
 		if ch.URL != "" {

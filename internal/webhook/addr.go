@@ -45,8 +45,11 @@ const (
 // metadataAddrs are the instance metadata services of the clouds: AWS, GCP, Azure, OpenStack
 // and Oracle (169.254.169.254), AWS ECS task metadata (169.254.170.2), AWS's IPv6 IMDS
 // (fd00:ec2::254), Alibaba (100.100.100.200), Azure's wire server (168.63.129.16, a public
-// address) and Oracle's 192.0.0.192. Most fall in a refused range anyway; they are named so
-// that no allow-list and no dev mode can reach them.
+// address) and Oracle's 192.0.0.192; GCP's IPv6 metadata server (fd20:ce::254), Oracle's
+// IPv6 IMDS (fd00:c1::a9fe:a9fe), Tencent Cloud's 169.254.0.23 and Scaleway's 169.254.42.42
+// and fd00:42::42. Most fall in a refused range anyway; they are named so that no allow-list
+// and no dev mode can reach them (an operator who allowed 169.254/16 or fc00::/7 for
+// receivers reached the last five: hostile pass of issue 27).
 var metadataAddrs = []netip.Addr{
 	netip.MustParseAddr("169.254.169.254"),
 	netip.MustParseAddr("169.254.170.2"),
@@ -56,6 +59,11 @@ var metadataAddrs = []netip.Addr{
 	netip.MustParseAddr("100.100.100.200"),
 	netip.MustParseAddr("168.63.129.16"),
 	netip.MustParseAddr("192.0.0.192"),
+	netip.MustParseAddr("fd20:ce::254"),
+	netip.MustParseAddr("fd00:c1::a9fe:a9fe"),
+	netip.MustParseAddr("169.254.0.23"),
+	netip.MustParseAddr("169.254.42.42"),
+	netip.MustParseAddr("fd00:42::42"),
 }
 
 // metadataNames are the host names of metadata services.
@@ -168,7 +176,11 @@ func (p AddressPolicy) CheckAddr(a netip.Addr, port uint16) Rule {
 	for _, r := range ranges {
 		for _, pre := range r.prefixes {
 			if pre.Contains(c) {
-				if r.rule == RuleLoopback && p.Dev {
+				// Dev allows loopback: an address this machine answers on itself. A NAT64,
+				// 6to4 or IPv4-compatible address that carries 127.x is judged loopback, and
+				// stays refused in dev: it leaves the machine (behind a NAT64 gateway, it
+				// reaches the gateway's own loopback). ::ffff:127.x is dialled as IPv4.
+				if r.rule == RuleLoopback && p.Dev && a.Unmap().IsLoopback() {
 					return ""
 				}
 				return r.rule
