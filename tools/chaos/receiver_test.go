@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestVerifyHook(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := verifyHook("whsec_a", tc.header, body); got != tc.want {
+			if got := verifyHook([]string{"whsec_a"}, tc.header, body); got != tc.want {
 				t.Errorf("verifyHook(%q) = %v, want %v", tc.header, got, tc.want)
 			}
 		})
@@ -48,9 +49,7 @@ func TestMerchantProcessesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.close()
-	m.mu.Lock()
-	m.secret = "whsec_test"
-	m.mu.Unlock()
+	m.setSecret("whsec_dGVzdA==")
 	client := &http.Client{Timeout: time.Second}
 	send := func(id string, p float64, secret string) int {
 		t.Helper()
@@ -61,6 +60,9 @@ func TestMerchantProcessesOnce(t *testing.T) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(body))
 		req.Header.Set("Oncepay-Event-Id", id)
 		req.Header.Set("Oncepay-Signature", webhook.Sign([]string{secret}, time.Now(), body))
+		req.Header.Set("webhook-id", id)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
+		req.Header.Set("webhook-signature", webhook.SignStandard([]string{secret}, id, time.Now(), body))
 		resp, err := client.Do(req)
 		if err != nil {
 			return 0 // the lost 2xx: no answer within the client's timeout
@@ -69,16 +71,16 @@ func TestMerchantProcessesOnce(t *testing.T) {
 		return resp.StatusCode
 	}
 	lost := hook500Share + hookSlowShare + hookLostShare/2
-	if got := send("E1", lost, "whsec_test"); got != 0 {
+	if got := send("E1", lost, "whsec_dGVzdA=="); got != 0 {
 		t.Errorf("lost 2xx answered %d", got)
 	}
-	if got := send("E1", 0.99, "whsec_test"); got != http.StatusOK {
+	if got := send("E1", 0.99, "whsec_dGVzdA=="); got != http.StatusOK {
 		t.Errorf("the retry after a lost 2xx: %d", got)
 	}
-	if got := send("E2", 0, "whsec_test"); got != http.StatusInternalServerError {
+	if got := send("E2", 0, "whsec_dGVzdA=="); got != http.StatusInternalServerError {
 		t.Errorf("500 on purpose: %d", got)
 	}
-	if got := send("E3", 0.99, "whsec_other"); got != http.StatusBadRequest {
+	if got := send("E3", 0.99, "whsec_b3RoZXI="); got != http.StatusBadRequest {
 		t.Errorf("bad signature: %d", got)
 	}
 	effects, err := m.effects(ctx)
