@@ -42,7 +42,7 @@ func TestDeliveredNamesEveryEventNotDelivered(t *testing.T) {
 	}
 	attempts := []hookAttempt{
 		req("r1", "E1", 1, 0.1, 500), req("r2", "E1", 2, 0.1, 200),
-		req("r3", "E2", 1, 0.1, 500),
+		req("r3", "E2", 1, 0.1, 500), req("r3b", "E2", 3, 4, 200), // a 2xx after the attempt's timeout: no acknowledgement
 		req("r4", "E4", 1, 2, 0), // a lost 2xx, yet the delivery says succeeded
 	}
 	vs := deliveredViolations(evs, deliveries, attempts)
