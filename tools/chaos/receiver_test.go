@@ -95,3 +95,80 @@ func TestMerchantProcessesOnce(t *testing.T) {
 		t.Errorf("figures %+v", f)
 	}
 }
+
+// TestMerchantKilledPausedRotated runs the receiver's faults and the rotation by hand: a kill
+// cuts the request in flight and the receiver listens again on its port; a pause holds a
+// request past the client's timeout and answers it afterwards; after a rotation both secrets
+// verify until the grace ends, then only the new one.
+func TestMerchantKilledPausedRotated(t *testing.T) {
+	testenv.RequireMySQL(t)
+	_, dsn := testenv.DBWithDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := startMerchant(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.close()
+	const oldSecret, newSecret = "whsec_b2xk", "whsec_bmV3"
+	m.setSecret(oldSecret)
+	m.rnd = func() float64 { return 0.99 } // no fault of its own
+	n := 0
+	send := func(secret string, timeout time.Duration) (int, string) {
+		t.Helper()
+		n++
+		id := fmt.Sprint("E", n)
+		body := fmt.Appendf(nil, `{"event_id":%q,"type":"order.paid","data":{}}`, id)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(body))
+		req.Header.Set("Oncepay-Event-Id", id)
+		req.Header.Set("Oncepay-Signature", webhook.Sign([]string{secret}, time.Now(), body))
+		req.Header.Set("webhook-id", id)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
+		req.Header.Set("webhook-signature", webhook.SignStandard([]string{secret}, id, time.Now(), body))
+		resp, err := (&http.Client{Timeout: timeout}).Do(req)
+		if err != nil {
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b := new(bytes.Buffer)
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	if status, body := send(oldSecret, time.Second); status != http.StatusOK || requestOf(body) != "r1" {
+		t.Fatalf("first request: %d %s, want 200 naming r1", status, body)
+	}
+
+	m.kill()
+	if status, _ := send(oldSecret, time.Second); status != 0 {
+		t.Errorf("a killed receiver answered %d", status)
+	}
+	if err := m.restart(); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := send(oldSecret, time.Second); status != http.StatusOK {
+		t.Errorf("after the restart on the same port: %d", status)
+	}
+
+	m.pause()
+	time.AfterFunc(1500*time.Millisecond, m.resume)
+	if status, _ := send(oldSecret, 500*time.Millisecond); status != 0 {
+		t.Errorf("a paused receiver answered %d within the client's timeout", status)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	as := m.snapshot()
+	if last := as[len(as)-1]; last.Fault != "paused" || last.Answer != http.StatusOK || last.Done.Sub(last.At) < time.Second {
+		t.Errorf("the request held by the pause: %+v, want answered 200 once the pause ended", last)
+	}
+
+	m.rotated(newSecret, time.Now().Add(time.Second))
+	if status, _ := send(newSecret, time.Second); status != http.StatusOK {
+		t.Errorf("signed with the new secret: %d", status)
+	}
+	if status, _ := send(oldSecret, time.Second); status != http.StatusOK {
+		t.Errorf("signed with the old secret within the grace: %d", status)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if status, _ := send(oldSecret, time.Second); status != http.StatusBadRequest {
+		t.Errorf("signed with the old secret after the grace: %d, want 400", status)
+	}
+}
