@@ -118,6 +118,8 @@ type operator struct {
 	h        *history
 	m        *merchant
 	endpoint string
+	// count counts an action among the run's faults (faulter.count).
+	count func(string)
 
 	redeliveries []redelivery
 }
@@ -154,6 +156,7 @@ func (o *operator) rotate(ctx context.Context) {
 	if err == nil {
 		o.m.rotated(out.Secret, at.Add(rotationGrace))
 	}
+	o.count(opRotateSecret)
 	o.h.add(faultEvent(opRotateSecret, fmt.Sprintf("the endpoint's secret rotated; the old one signs beside it for %s", rotationGrace), err))
 }
 
@@ -172,6 +175,7 @@ func (o *operator) redeliver(ctx context.Context, from, to time.Time) {
 	// Recorded even when the call failed: it may have queued them, and the checker must not
 	// hold a redelivered copy against the sender.
 	o.redeliveries = append(o.redeliveries, r)
+	o.count(opRedeliverRange)
 	o.h.add(faultEvent(opRedeliverRange, fmt.Sprintf("the events created in [%s, %s) redelivered: %d queued",
 		from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), out.Queued), err))
 }

@@ -205,7 +205,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		allFaults = append(allFaults, redisClusterFaults...)
 	}
 	f.own = f.ownFaults(opts.cluster)
-	op := &operator{w: w, h: h, m: m, endpoint: endpoint}
+	op := &operator{w: w, h: h, m: m, endpoint: endpoint, count: f.count}
 
 	// A standing fault: the last instance sleeps past the lock's TTL inside every payment it
 	// applies, so only the watchdog's renewals keep its lease.
@@ -327,6 +327,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	var events int
 	_ = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM events`).Scan(&events)
 	fig := hooks.figures(events, feedPages)
+	fig.FeedLagMaxSecs = c.feedLag.Seconds()
+	for _, r := range op.redeliveries {
+		fig.Redelivered += r.Queued
+	}
 	s.Webhooks = &fig
 	if err := writeJSON(filepath.Join(opts.out, "webhooks.json"), hooks.attempts); err != nil {
 		return 2, err

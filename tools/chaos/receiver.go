@@ -604,6 +604,13 @@ type hookFigures struct {
 	Processed  int `json:"processed"`
 	FeedEvents int `json:"feed_events"`
 	FeedPages  int `json:"feed_pages"`
+	// Killed and Paused count the requests a kill or a pause of the receiver struck;
+	// Redelivered the deliveries the operator's redelivery queued; FeedLagMaxSecs is the
+	// longest an event waited for its place in the feed.
+	Killed         int     `json:"killed"`
+	Paused         int     `json:"paused"`
+	Redelivered    int     `json:"redelivered"`
+	FeedLagMaxSecs float64 `json:"feed_lag_max_seconds"`
 }
 
 // figures counts what the receiver saw.
@@ -616,7 +623,13 @@ func (v *hookView) figures(events, pages int) hookFigures {
 		case a.Err != "":
 			f.Failed++
 		}
-		switch a.Fault {
+		if strings.Contains(a.Fault, "killed") {
+			f.Killed++
+		}
+		if strings.Contains(a.Fault, "paused") {
+			f.Paused++
+		}
+		switch strings.TrimSuffix(strings.TrimSuffix(a.Fault, ",killed"), ",paused") {
 		case "lost_2xx":
 			f.Lost2xx++
 		case "500":
@@ -637,6 +650,8 @@ func (f hookFigures) String() string {
 		fmt.Sprintf("%d events", f.Events), fmt.Sprintf("%d attempts", f.Attempts), fmt.Sprintf("%d lost 2xx", f.Lost2xx),
 		fmt.Sprintf("%d answered 500 on purpose", f.Answered500), fmt.Sprintf("%d slow", f.Slow),
 		fmt.Sprintf("%d failed to process (500)", f.Failed), fmt.Sprintf("%d invalid signatures", f.BadSig),
+		fmt.Sprintf("%d struck by a kill, %d by a pause", f.Killed, f.Paused), fmt.Sprintf("%d redelivered", f.Redelivered),
 		fmt.Sprintf("%d effects", f.Processed), fmt.Sprintf("events API: %d events in %d pages", f.FeedEvents, f.FeedPages),
+		fmt.Sprintf("longest wait for the feed %.1fs", f.FeedLagMaxSecs),
 	}, ", ")
 }
