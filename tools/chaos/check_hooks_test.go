@@ -74,11 +74,14 @@ func TestResendAfter2xxNamesEveryCopyOutsideARedelivery(t *testing.T) {
 		req("r9", "E4", 2, 1, 200), req("r10", "E4", 2.5, 0.1, 200),
 		// E5: acknowledged, then sent again after a redelivery that did not name it.
 		req("r11", "E5", 2, 0.1, 200), req("r12", "E5", 22, 0.1, 200),
+		// E6: acknowledged while the redelivery's call was under way (20–20.8 s): the copy
+		// after it is the redelivery's.
+		req("r13", "E6", 20.3, 0.1, 200), req("r14", "E6", 21, 0.1, 200),
 	}
-	acked := map[string]string{"r2": "attempt 2", "r4": "attempt 1", "r5": "attempt 2", "r8": "attempt 2", "r9": "attempt 1", "r11": "attempt 1"}
-	reds := []redeliveredSet{{at: at(20), events: map[string]bool{"E2": true, "E3": true}}}
+	acked := map[string]string{"r2": "attempt 2", "r4": "attempt 1", "r5": "attempt 2", "r8": "attempt 2", "r9": "attempt 1", "r11": "attempt 1", "r13": "attempt 1"}
+	reds := []redeliveredSet{{at: at(20), done: at(20.8), events: map[string]bool{"E2": true, "E3": true, "E6": true}}}
 	vs := resendViolations(attempts, acked, reds)
-	if got := named(vs, "E1", "E2", "E3", "E4", "E5"); !slices.Equal(got, []string{"E1", "E2", "E4", "E5"}) {
+	if got := named(vs, "E1", "E2", "E3", "E4", "E5", "E6"); !slices.Equal(got, []string{"E1", "E2", "E4", "E5"}) {
 		t.Errorf("named %v, want E1, E2 (within its redelivered round), E4, E5; violations:\n%s", got, strings.Join(vs, "\n"))
 	}
 	if len(vs) != 4 {

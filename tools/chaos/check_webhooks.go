@@ -271,7 +271,8 @@ type deliveryRow struct {
 }
 
 // deliveredViolations names every committed event whose delivery did not end succeeded, or
-// that the receiver never answered 2xx.
+// whose requests the receiver answered none 2xx (an event it was never sent is
+// webhooks_processed_once's).
 func deliveredViolations(evs []committedEvent, deliveries map[string]deliveryRow, attempts []hookAttempt) []string {
 	answered := map[string]int{}
 	sent := map[string][]string{}
@@ -289,7 +290,8 @@ func deliveredViolations(evs []committedEvent, deliveries map[string]deliveryRow
 			vs = append(vs, fmt.Sprintf("event %s (%s) has no delivery to the receiver's endpoint; the receiver was sent it %d times: %s", e.id, e.typ, len(sent[e.id]), strings.Join(sent[e.id], "; ")))
 		case d.status != "succeeded":
 			vs = append(vs, fmt.Sprintf("event %s (%s): its delivery ended %s after %d attempts; the receiver was sent it %d times: %s", e.id, e.typ, d.status, d.attempts, len(sent[e.id]), strings.Join(sent[e.id], "; ")))
-		case answered[e.id] == 0:
+		case answered[e.id] == 0 && len(sent[e.id]) > 0:
+			// (An event never sent at all is webhooks_processed_once's "never delivered".)
 			vs = append(vs, fmt.Sprintf("event %s (%s): its delivery succeeded after %d attempts, but the receiver answered none of its %d requests 2xx: %s", e.id, e.typ, d.attempts, len(sent[e.id]), strings.Join(sent[e.id], "; ")))
 		}
 	}
@@ -308,17 +310,18 @@ func (a hookAttempt) summary() string {
 	return s
 }
 
-// redeliveredSet is a redelivery as the checker holds it: when it was asked for and the
-// events it may have queued again (every event created in its range).
+// redeliveredSet is a redelivery as the checker holds it: when it was asked for, when its
+// answer came, and the events it may have queued again (every event created in its range).
 type redeliveredSet struct {
-	at     time.Time
-	events map[string]bool
+	at, done time.Time
+	events   map[string]bool
 }
 
 // resendViolations names every request the receiver was sent for an event after oncepay had
 // acted on a 2xx answer of that event — acked maps the id of each receiver request whose 2xx
-// oncepay's delivery log recorded (the answer's body names its request) to that log line — and
-// before an operator's redelivery of the event. A 2xx the sender never recorded (the instance
+// oncepay's delivery log recorded (the answer's body names its request) to that log line —
+// unless an operator's redelivery of the event was asked for before the copy came and took
+// effect after the 2xx did. A 2xx the sender never recorded (the instance
 // was killed -9 before it could, or the answer came after the attempt's timeout, as after a
 // pause of the receiver) did not acknowledge anything, and the contract asks for the next
 // attempt then.
@@ -337,7 +340,8 @@ func resendViolations(attempts []hookAttempt, acked map[string]string, reds []re
 			a := &as[i]
 			if ack != nil {
 				for _, r := range reds {
-					if r.events[id] && r.at.After(ack.At) && !r.at.After(a.At) {
+					// Asked for before the copy came, and in effect after the 2xx did.
+					if r.events[id] && r.done.After(ack.At) && !r.at.After(a.At) {
 						ack = nil // the operator asked for it again: a new round
 						break
 					}
@@ -420,7 +424,7 @@ func (c *checker) checkWebhookDeliveries(ctx context.Context, evs []committedEve
 	rows.Close()
 	var reds []redeliveredSet
 	for _, r := range h.redeliveries {
-		set := redeliveredSet{at: r.At, events: map[string]bool{}}
+		set := redeliveredSet{at: r.At, done: r.Done, events: map[string]bool{}}
 		rows, err := c.db.QueryContext(ctx, `SELECT CAST(id AS CHAR) FROM events WHERE created_at >= ? AND created_at < ?`, r.From, r.To)
 		if err != nil {
 			return err

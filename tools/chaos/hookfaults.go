@@ -104,9 +104,10 @@ func (f *faulter) injectReceiver(ctx context.Context, kind string) bool {
 }
 
 // redelivery is an operator's redelivery of a time range, as the checker needs it: when it
-// was asked for, and the range of the events' created_at it named.
+// was asked for and when its answer came (it took effect in between), and the range of the
+// events' created_at it named.
 type redelivery struct {
-	At       time.Time
+	At, Done time.Time
 	From, To time.Time
 	Queued   int
 }
@@ -171,7 +172,7 @@ func (o *operator) redeliver(ctx context.Context, from, to time.Time) {
 	if err == nil {
 		err = json.Unmarshal(b, &out)
 	}
-	r.Queued = out.Queued
+	r.Queued, r.Done = out.Queued, time.Now()
 	// Recorded even when the call failed: it may have queued them, and the checker must not
 	// hold a redelivered copy against the sender.
 	o.redeliveries = append(o.redeliveries, r)

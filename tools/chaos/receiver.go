@@ -41,7 +41,8 @@ const (
 
 // hookAttempt is one request the receiver was sent, for the checker.
 type hookAttempt struct {
-	// ID names the request ("r1", "r2", …, in the order they arrived); a 2xx answer carries it
+	// ID names the request ("r1", "r2", …, in the order their answers were decided); a 2xx
+	// answer carries it
 	// in its body, so that oncepay's delivery log (webhook_attempts.response_snippet) says
 	// which request's 2xx the sender acted on.
 	ID string `json:"id"`
@@ -332,13 +333,16 @@ func (m *merchant) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		case <-time.After(hookTimeout + 3*time.Second):
 		}
-		return
+		// Never the empty 200 net/http writes for a handler that wrote nothing: a sender
+		// paused meanwhile would read it as an acknowledgement.
+		panic(http.ErrAbortHandler)
 	}
 	m.answer(w, a, gen, http.StatusOK, `{"duplicate":`+strconv.FormatBool(dup)+`,"request":"`)
 }
 
 // answer logs a and writes its answer: status with body (a 2xx body is completed with the
-// request's id), or nothing when status is 0 or the listener a was sent to was killed.
+// request's id), or nothing when status is 0 (a lost 2xx, whose handler waits and aborts) or
+// the listener a was sent to was killed (the handler is aborted here).
 func (m *merchant) answer(w http.ResponseWriter, a hookAttempt, gen, status int, body string) {
 	a.Done = time.Now()
 	if !m.alive(gen) {
@@ -351,6 +355,8 @@ func (m *merchant) answer(w http.ResponseWriter, a hookAttempt, gen, status int,
 	m.attempts = append(m.attempts, a)
 	m.mu.Unlock()
 	switch {
+	case status == 0 && a.Fault != "lost_2xx":
+		panic(http.ErrAbortHandler) // killed: the connection closes without an answer
 	case status == 0:
 		return
 	case status >= 200 && status < 300:
