@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -386,8 +387,14 @@ func requestOf(snippet string) string {
 // delivered, no acknowledged attempt sent again outside a redelivery, and the feed's lag.
 func (c *checker) checkWebhookDeliveries(ctx context.Context, evs []committedEvent) error {
 	h := c.hooks
+	// The id as a number: a BIGINT compared with a string is compared as a DOUBLE, which
+	// cannot tell 19-digit ids apart.
+	endpoint, err := strconv.ParseInt(h.endpoint, 10, 64)
+	if err != nil {
+		return fmt.Errorf("the receiver's endpoint id %q: %w", h.endpoint, err)
+	}
 	deliveries := map[string]deliveryRow{}
-	rows, err := c.db.QueryContext(ctx, `SELECT CAST(event_id AS CHAR), status, attempts FROM webhook_deliveries WHERE endpoint_id = ?`, h.endpoint)
+	rows, err := c.db.QueryContext(ctx, `SELECT CAST(event_id AS CHAR), status, attempts FROM webhook_deliveries WHERE endpoint_id = ?`, endpoint)
 	if err != nil {
 		return err
 	}
@@ -405,7 +412,7 @@ func (c *checker) checkWebhookDeliveries(ctx context.Context, evs []committedEve
 		deliveredViolations(evs, deliveries, h.attempts))
 
 	acked := map[string]string{}
-	rows, err = c.db.QueryContext(ctx, `SELECT CAST(event_id AS CHAR), attempt, status_code, sent_at, COALESCE(response_snippet, '') FROM webhook_attempts WHERE endpoint_id = ? AND status_code BETWEEN 200 AND 299`, h.endpoint)
+	rows, err = c.db.QueryContext(ctx, `SELECT CAST(event_id AS CHAR), attempt, status_code, sent_at, COALESCE(response_snippet, '') FROM webhook_attempts WHERE endpoint_id = ? AND status_code BETWEEN 200 AND 299`, endpoint)
 	if err != nil {
 		return err
 	}
@@ -447,7 +454,7 @@ func (c *checker) checkWebhookDeliveries(ctx context.Context, evs []committedEve
 	// taken back by its known offset) to its fan-out, which stamps the delivery's created_at
 	// with the database's clock in the sequencing transaction.
 	var lags []eventLag
-	rows, err = c.db.QueryContext(ctx, `SELECT CAST(e.id AS CHAR), e.type, e.created_at, d.created_at FROM events e JOIN webhook_deliveries d ON d.event_id = e.id AND d.endpoint_id = ?`, h.endpoint)
+	rows, err = c.db.QueryContext(ctx, `SELECT CAST(e.id AS CHAR), e.type, e.created_at, d.created_at FROM events e JOIN webhook_deliveries d ON d.event_id = e.id AND d.endpoint_id = ?`, endpoint)
 	if err != nil {
 		return err
 	}
