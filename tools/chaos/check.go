@@ -66,6 +66,8 @@ type checker struct {
 	// hooks is what the merchant's receiver saw and what the events API served (receiver.go);
 	// nil skips the webhook checks.
 	hooks *hookView
+	// feedLag is the longest an event waited for its place in the feed (webhook_feed_lag).
+	feedLag time.Duration
 
 	// kafka is what the broker holds after the run (check_kafka.go); nil skips its checks.
 	kafka *kafkaView

@@ -31,19 +31,21 @@ var knownChecks = []string{
 
 // webhookChecks are the checks of the merchant's side, which run when the checker has a
 // hookView.
-var webhookChecks = []string{"webhooks_processed_once", "webhook_bodies_identical", "events_feed_in_order"}
+var webhookChecks = []string{"webhooks_processed_once", "webhook_bodies_identical", "events_feed_in_order",
+	"webhooks_delivered", "webhooks_no_resend_after_2xx", "webhook_feed_lag"}
 
 // hookEvents writes order.created events of the orders 5001, 5002, … with the given ids, given their place
 // in the feed in that order, and a hookView in which each was delivered once with a valid
 // signature and its stored body, processed once, and served by the events API in order.
 func hookEvents(t *testing.T, w *dbWorld, c *checker, ids ...string) {
 	t.Helper()
-	c.hooks = &hookView{effects: map[string]int{}}
+	c.hooks = &hookView{effects: map[string]int{}, endpoint: "77"}
 	for i, id := range ids {
 		payload := fmt.Sprintf(`{"event_id":"%s","type":"order.created","data":{"order_id":"%d"}}`, id, 5001+i)
 		w.exec(t, fmt.Sprintf(`INSERT INTO events (id, type, payload, request_id, seq, created_at) VALUES (%s, 'order.created', '%s', 'req-%s', %d, NOW(6))`, id, payload, id, i+1))
+		w.exec(t, fmt.Sprintf(`INSERT INTO webhook_deliveries (id, endpoint_id, event_id, status, attempts, round_attempts, next_attempt_at, created_at, updated_at) VALUES (%d, 77, %s, 'succeeded', 1, 1, NOW(6), NOW(6), NOW(6))`, 8001+i, id))
 		sum := sha256.Sum256([]byte(payload))
-		c.hooks.attempts = append(c.hooks.attempts, hookAttempt{EventID: id, BodyHash: hex.EncodeToString(sum[:]), SigValid: true})
+		c.hooks.attempts = append(c.hooks.attempts, hookAttempt{ID: fmt.Sprint("r", i+1), EventID: id, BodyHash: hex.EncodeToString(sum[:]), SigValid: true, Answer: 200})
 		c.hooks.effects[id] = 1
 		c.hooks.feed = append(c.hooks.feed, id)
 	}
@@ -388,7 +390,7 @@ func (w *dbWorld) exec(t *testing.T, queries ...string) {
 // reset empties the tables and the run's Redis keys and writes the consistent world.
 func (w *dbWorld) reset(t *testing.T) {
 	t.Helper()
-	for _, table := range []string{"users", "accounts", "inventory", "orders", "order_items", "payments", "recharges", "account_ledger", "idempotency_records", "outbox", "events", "anomalies", "trades", "refunds"} {
+	for _, table := range []string{"users", "accounts", "inventory", "orders", "order_items", "payments", "recharges", "account_ledger", "idempotency_records", "outbox", "events", "webhook_deliveries", "webhook_attempts", "anomalies", "trades", "refunds"} {
 		w.exec(t, "DELETE FROM "+table)
 	}
 	ctx := context.Background()

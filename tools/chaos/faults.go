@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -34,22 +35,33 @@ type faulter struct {
 	wl      *workload
 	lockTTL time.Duration
 	every   time.Duration
+	// m is the merchant's receiver (its faults: hookfaults.go), own the faults the run must
+	// inject (ownFaults): the rotation's first round starts with them.
+	m   *merchant
+	own []string
 
 	mu     sync.Mutex
 	counts map[string]int
 }
 
 // run injects one fault after another, every f.every, rotating through f.rotation() in a
-// shuffled order so that every kind comes up once per round, until ctx ends.
+// shuffled order so that every kind comes up once per round, until ctx ends. The first round
+// starts with the run's own faults (f.own), so that a short run, which ends before its first
+// round does, injects them all.
 func (f *faulter) run(ctx context.Context) {
 	sleepCtx(ctx, f.every/2)
-	for ctx.Err() == nil {
-		faults := f.rotation()
-		for _, i := range mrand.Perm(len(faults)) {
+	for round := 0; ctx.Err() == nil; round++ {
+		faults := slices.Clone(f.rotation())
+		if round == 0 {
+			faults = firstRound(faults, f.own)
+		} else {
+			mrand.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
+		}
+		for _, kind := range faults {
 			if ctx.Err() != nil {
 				return
 			}
-			f.inject(ctx, faults[i])
+			f.inject(ctx, kind)
 			sleepCtx(ctx, f.every)
 		}
 	}
@@ -84,7 +96,7 @@ func (f *faulter) record(kind, detail string, err error) {
 // on for a while in the background.
 func (f *faulter) inject(ctx context.Context, kind string) {
 	f.count(kind)
-	if f.injectGalera(ctx, kind) || f.injectNetwork(ctx, kind) {
+	if f.injectGalera(ctx, kind) || f.injectNetwork(ctx, kind) || f.injectReceiver(ctx, kind) {
 		return
 	}
 	// Restarts use a context of their own: a fault that began must heal, even when the run

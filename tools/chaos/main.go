@@ -190,18 +190,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		return 2, fmt.Errorf("start the receiver: %w", err)
 	}
 	defer m.close()
-	if err := m.register(ctx, w.insts[0].base, w.adminKey); err != nil {
+	endpoint, err := m.register(ctx, w.insts[0].base, w.adminKey)
+	if err != nil {
 		return 2, err
 	}
-	h.note("webhook endpoint registered: " + m.url)
+	h.note("webhook endpoint " + endpoint + " registered: " + m.url)
 
 	wl := newWorkload(w, h)
 	defer wl.kafka.Close()
-	f := &faulter{w: w, h: h, wl: wl, lockTTL: lockTTL, every: opts.mode.faultEvery, counts: map[string]int{}}
+	f := &faulter{w: w, h: h, wl: wl, lockTTL: lockTTL, every: opts.mode.faultEvery, counts: map[string]int{}, m: m}
 	allFaults = append(allFaults, opts.mode.netFaults...)
+	allFaults = append(allFaults, receiverFaults...)
 	if opts.cluster {
 		allFaults = append(allFaults, redisClusterFaults...)
 	}
+	f.own = f.ownFaults(opts.cluster)
+	op := &operator{w: w, h: h, m: m, endpoint: endpoint, count: f.count}
 
 	// A standing fault: the last instance sleeps past the lock's TTL inside every payment it
 	// applies, so only the watchdog's renewals keep its lease.
@@ -221,6 +225,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	faults, stopFaults := context.WithCancel(ctx)
 	var fwg sync.WaitGroup
 	fwg.Go(func() { f.run(faults) })
+	fwg.Go(func() { op.run(faults, start, opts.mode.duration) })
 	fmt.Fprintf(stdout, "traffic: %d buyers, faults every %s; at least %s and %d deliveries\n", opts.mode.buyers, opts.mode.faultEvery, opts.mode.duration, opts.mode.minDeliveries)
 
 	tick := time.NewTicker(10 * time.Second)
@@ -267,7 +272,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	}
 	settleSecs := time.Since(settleStart).Seconds()
 	h.note("settled; checking")
-	hooks := &hookView{attempts: m.snapshot()}
+	hooks := &hookView{attempts: m.snapshot(), endpoint: endpoint, redeliveries: op.redeliveries}
 	if hooks.effects, err = m.effects(ctx); err != nil {
 		return 2, fmt.Errorf("read the receiver's effects: %w", err)
 	}
@@ -322,6 +327,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	var events int
 	_ = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM events`).Scan(&events)
 	fig := hooks.figures(events, feedPages)
+	fig.FeedLagMaxSecs = c.feedLag.Seconds()
+	for _, r := range op.redeliveries {
+		fig.Redelivered += r.Queued
+	}
 	s.Webhooks = &fig
 	if err := writeJSON(filepath.Join(opts.out, "webhooks.json"), hooks.attempts); err != nil {
 		return 2, err
@@ -340,6 +349,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	printSummary(stdout, s, opts.out)
 	if s.Total > 0 {
 		return 1, nil
+	}
+	if missing := missingFaults(f.own, s.Faults); len(missing) > 0 {
+		fmt.Fprintf(stdout, "the run did not inject its own faults %v: it proves nothing about them\n", missing)
+		return 2, nil
 	}
 	return 0, nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"database/sql"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -38,32 +39,61 @@ const (
 	hookSlowShare = 0.10 // processes and answers after 0.5–1.5 s, inside the sender's timeout
 )
 
-// hookAttempt is one delivery attempt the receiver saw, for the checker.
+// hookAttempt is one request the receiver was sent, for the checker.
 type hookAttempt struct {
+	// ID names the request ("r1", "r2", …, in the order their answers were decided); a 2xx
+	// answer carries it
+	// in its body, so that oncepay's delivery log (webhook_attempts.response_snippet) says
+	// which request's 2xx the sender acted on.
+	ID string `json:"id"`
+	// EventID is the webhook-id header: the event's id, the same on every attempt.
 	EventID string `json:"event_id"`
 	// BodyHash is the hex SHA-256 of the raw body.
 	BodyHash string `json:"body_hash"`
-	SigValid bool   `json:"signature_valid"`
-	// Fault is what the receiver did to the attempt: "", "lost_2xx", "500" or "slow".
+	// SigValid says both signatures verified: webhook-signature (Standard Webhooks) and the
+	// legacy Oncepay-Signature, each with a secret the receiver holds.
+	SigValid bool `json:"signature_valid"`
+	// Fault is what the receiver did to the attempt: "", "lost_2xx", "500", "slow",
+	// "killed" (the listener was torn down under it) or "paused" (it waited out a pause).
 	Fault string `json:"fault,omitempty"`
 	// Err is why processing failed (the receiver then answered 500).
 	Err string `json:"error,omitempty"`
+	// At is when the request arrived, Done when its answer was decided; Answer is the status
+	// the receiver wrote, 0 for none (a lost 2xx, a killed listener).
+	At     time.Time `json:"at"`
+	Done   time.Time `json:"done"`
+	Answer int       `json:"answer"`
+}
+
+// hookSecret is a secret the receiver accepts, until Until (zero: for ever).
+type hookSecret struct {
+	secret string
+	until  time.Time
 }
 
 // merchant is the merchant's receiver the chaos run registers as a webhook endpoint: an HTTP
-// server in the chaos process that verifies each attempt's signature and processes each
+// server in the chaos process that verifies each attempt's signatures and processes each
 // event once, as examples/webhook-receiver does — the event id recorded in the same
 // transaction as its effect (a row of effects), in a database of its own (the schema
 // merchant on the run's MariaDB). It is faulty on purpose: some attempts it processes and
 // then leaves unanswered until the sender gives up (a lost 2xx), some it answers 500 without
-// processing, some it answers slowly. It logs every attempt it saw.
+// processing, some it answers slowly. The run also kills it (kill: its listener and every
+// open connection torn down, the answers in flight never written, then a new listener on the
+// same port) and pauses it (pause: every request, new or in flight, held unanswered past the
+// attempt timeout). It logs every request it was sent.
 type merchant struct {
-	db  *sql.DB
-	srv *http.Server
-	url string
-	mu  sync.Mutex
-	// secret is the endpoint's signing secret and rnd the source of the faults.
-	secret   string
+	db   *sql.DB
+	addr string
+	url  string
+	mu   sync.Mutex
+	srv  *http.Server
+	// gen counts the listener's lives: a request of an earlier life was killed with it.
+	gen int
+	// paused is closed when a pause ends; nil while the receiver runs.
+	paused chan struct{}
+	// secrets are the endpoint's signing secrets the receiver accepts (two during a
+	// rotation's grace) and rnd the source of the faults.
+	secrets  []hookSecret
 	rnd      func() float64
 	attempts []hookAttempt
 }
@@ -89,59 +119,178 @@ func startMerchant(ctx context.Context, dsn string) (*merchant, error) {
 		db.Close()
 		return nil, err
 	}
-	m := &merchant{db: db, url: "http://" + l.Addr().String() + "/webhooks", rnd: rand.Float64}
-	m.srv = &http.Server{Handler: m, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = m.srv.Serve(l) }()
+	m := &merchant{db: db, addr: l.Addr().String(), rnd: rand.Float64}
+	m.url = "http://" + m.addr + "/webhooks"
+	m.serve(l)
 	return m, nil
+}
+
+// serve starts a life of the receiver on l.
+func (m *merchant) serve(l net.Listener) {
+	srv := &http.Server{Handler: m, ReadHeaderTimeout: 5 * time.Second}
+	m.mu.Lock()
+	m.srv = srv
+	m.gen++
+	m.mu.Unlock()
+	go func() { _ = srv.Serve(l) }()
+}
+
+// kill tears the receiver down the way kill -9 does to a process: the listener and every open
+// connection closed at once, the answers being prepared never written.
+func (m *merchant) kill() {
+	m.mu.Lock()
+	srv := m.srv
+	m.gen++ // the requests in flight belong to a dead life from now on
+	m.mu.Unlock()
+	_ = srv.Close()
+}
+
+// restart listens again on the receiver's port (the port of a restarted process): tried for
+// up to 5 s, as the port may still be held for a moment.
+func (m *merchant) restart() error {
+	var err error
+	for range 50 {
+		var l net.Listener
+		if l, err = net.Listen("tcp", m.addr); err == nil {
+			m.serve(l)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+// pause holds every request — those that arrive and those in flight — unanswered until
+// resume, as SIGSTOP holds a process: the kernel accepts the connections, nothing answers.
+func (m *merchant) pause() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.paused == nil {
+		m.paused = make(chan struct{})
+	}
+}
+
+// resume ends a pause.
+func (m *merchant) resume() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.paused != nil {
+		close(m.paused)
+		m.paused = nil
+	}
+}
+
+// hold waits out a pause, and reports whether it had to.
+func (m *merchant) hold() bool {
+	m.mu.Lock()
+	p := m.paused
+	m.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	<-p
+	return true
+}
+
+// alive reports whether the life gen is the receiver's current one.
+func (m *merchant) alive(gen int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen == gen
 }
 
 // close stops the server and closes the database.
 func (m *merchant) close() {
-	_ = m.srv.Close()
+	m.resume()
+	m.mu.Lock()
+	srv := m.srv
+	m.mu.Unlock()
+	_ = srv.Close()
 	_ = m.db.Close()
 }
 
 // register makes the receiver an endpoint of oncepay at base, subscribed to every event type,
-// and keeps the secret the registration shows.
-func (m *merchant) register(ctx context.Context, base, adminKey string) error {
+// and keeps the secret the registration shows. It returns the endpoint's id.
+func (m *merchant) register(ctx context.Context, base, adminKey string) (string, error) {
 	body, _ := json.Marshal(map[string]any{"url": m.url, "event_types": outbox.EventTypes, "description": "the chaos run's faulty receiver"})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/admin/webhook-endpoints", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+adminKey)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("register the receiver: %d %s", resp.StatusCode, b)
+		return "", fmt.Errorf("register the receiver: %d %s", resp.StatusCode, b)
 	}
 	var out struct {
+		ID     string `json:"endpoint_id"`
 		Secret string `json:"secret"`
 	}
-	if err := json.Unmarshal(b, &out); err != nil || out.Secret == "" {
-		return fmt.Errorf("register the receiver: no secret in %s", b)
+	if err := json.Unmarshal(b, &out); err != nil || out.Secret == "" || out.ID == "" {
+		return "", fmt.Errorf("register the receiver: no id or secret in %s", b)
 	}
-	m.mu.Lock()
-	m.secret = out.Secret
-	m.mu.Unlock()
-	return nil
+	m.setSecret(out.Secret)
+	return out.ID, nil
 }
 
-// ServeHTTP answers one attempt: 400 when the signature does not verify, else one of the
-// faults or the processed answer.
+// setSecret makes secret the one the receiver accepts, alone.
+func (m *merchant) setSecret(secret string) {
+	m.mu.Lock()
+	m.secrets = []hookSecret{{secret: secret}}
+	m.mu.Unlock()
+}
+
+// rotated takes the secret a rotation made: from now on it is accepted, and the ones held
+// before only until graceEnd.
+func (m *merchant) rotated(secret string, graceEnd time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	next := []hookSecret{{secret: secret}}
+	for _, s := range m.secrets {
+		if s.secret != secret {
+			if s.until.IsZero() || s.until.After(graceEnd) {
+				s.until = graceEnd
+			}
+			next = append(next, s)
+		}
+	}
+	m.secrets = next
+}
+
+// valid is the secrets accepted at now.
+func (m *merchant) valid(now time.Time) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, s := range m.secrets {
+		if s.until.IsZero() || now.Before(s.until) {
+			out = append(out, s.secret)
+		}
+	}
+	return out
+}
+
+// ServeHTTP answers one attempt: 400 when a signature does not verify, else one of the
+// faults or the processed answer, whose body names the request.
 func (m *merchant) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m.mu.Lock()
+	gen, rnd := m.gen, m.rnd
+	m.mu.Unlock()
+	a := hookAttempt{At: time.Now(), EventID: r.Header.Get("webhook-id")}
+	paused := m.hold()
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
-		http.Error(w, "cannot read the body", http.StatusBadRequest)
+		a.Err = "cannot read the body: " + err.Error()
+		m.answer(w, a, gen, http.StatusBadRequest, "")
 		return
 	}
 	sum := sha256.Sum256(body)
-	m.mu.Lock()
-	secret, rnd := m.secret, m.rnd
-	m.mu.Unlock()
-	a := hookAttempt{EventID: r.Header.Get("Oncepay-Event-Id"), BodyHash: hex.EncodeToString(sum[:]), SigValid: verifyHook(secret, r.Header.Get("Oncepay-Signature"), body)}
+	a.BodyHash = hex.EncodeToString(sum[:])
+	secrets := m.valid(time.Now())
+	a.SigValid = verifyStandard(secrets, r.Header, body) && verifyHook(secrets, r.Header.Get("Oncepay-Signature"), body)
 	var ev struct {
 		EventID string `json:"event_id"`
 		Type    string `json:"type"`
@@ -149,21 +298,18 @@ func (m *merchant) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &ev)
 	switch {
 	case !a.SigValid:
-		m.log(a)
-		http.Error(w, "signature does not verify", http.StatusBadRequest)
+		m.answer(w, a, gen, http.StatusBadRequest, "")
 		return
-	case ev.EventID == "" || ev.EventID != a.EventID:
-		a.Err = fmt.Sprintf("body event_id %q, header %q", ev.EventID, a.EventID)
-		m.log(a)
-		http.Error(w, "not an event", http.StatusBadRequest)
+	case ev.EventID == "" || ev.EventID != a.EventID || r.Header.Get("Oncepay-Event-Id") != a.EventID:
+		a.Err = fmt.Sprintf("body event_id %q, webhook-id %q, Oncepay-Event-Id %q", ev.EventID, a.EventID, r.Header.Get("Oncepay-Event-Id"))
+		m.answer(w, a, gen, http.StatusBadRequest, "")
 		return
 	}
 	p := rnd()
 	switch {
 	case p < hook500Share:
 		a.Fault = "500"
-		m.log(a)
-		http.Error(w, "the receiver fails on purpose", http.StatusInternalServerError)
+		m.answer(w, a, gen, http.StatusInternalServerError, "")
 		return
 	case p < hook500Share+hookSlowShare:
 		a.Fault = "slow"
@@ -174,21 +320,52 @@ func (m *merchant) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	dup, err := m.process(r.Context(), ev.EventID, ev.Type)
 	if err != nil {
 		a.Err = err.Error()
-		m.log(a)
-		http.Error(w, "processing failed", http.StatusInternalServerError)
+		m.answer(w, a, gen, http.StatusInternalServerError, "")
 		return
 	}
-	m.log(a)
+	if m.hold() || paused {
+		a.Fault = strings.TrimPrefix(a.Fault+",paused", ",")
+	}
 	if a.Fault == "lost_2xx" {
 		// Processed and committed; the answer never comes before the sender's timeout.
+		m.answer(w, a, gen, 0, "")
 		select {
 		case <-r.Context().Done():
 		case <-time.After(hookTimeout + 3*time.Second):
 		}
-		return
+		// Never the empty 200 net/http writes for a handler that wrote nothing: a sender
+		// paused meanwhile would read it as an acknowledgement.
+		panic(http.ErrAbortHandler)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(`{"duplicate":` + strconv.FormatBool(dup) + "}"))
+	m.answer(w, a, gen, http.StatusOK, `{"duplicate":`+strconv.FormatBool(dup)+`,"request":"`)
+}
+
+// answer logs a and writes its answer: status with body (a 2xx body is completed with the
+// request's id), or nothing when status is 0 (a lost 2xx, whose handler waits and aborts) or
+// the listener a was sent to was killed (the handler is aborted here).
+func (m *merchant) answer(w http.ResponseWriter, a hookAttempt, gen, status int, body string) {
+	a.Done = time.Now()
+	if !m.alive(gen) {
+		a.Fault = strings.TrimPrefix(a.Fault+",killed", ",")
+		status = 0
+	}
+	a.Answer = status
+	m.mu.Lock()
+	a.ID = "r" + strconv.Itoa(len(m.attempts)+1)
+	m.attempts = append(m.attempts, a)
+	m.mu.Unlock()
+	switch {
+	case status == 0 && a.Fault != "lost_2xx":
+		panic(http.ErrAbortHandler) // killed: the connection closes without an answer
+	case status == 0:
+		return
+	case status >= 200 && status < 300:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body + a.ID + `"}`))
+	default:
+		http.Error(w, fmt.Sprintf("the receiver answers %d (%s%s)", status, a.Fault, a.Err), status)
+	}
 }
 
 // process acts on the event once, in one transaction: the dedup record first — a copy whose
@@ -221,12 +398,6 @@ func (m *merchant) process(ctx context.Context, id, typ string) (dup bool, err e
 	return false, tx.Commit()
 }
 
-func (m *merchant) log(a hookAttempt) {
-	m.mu.Lock()
-	m.attempts = append(m.attempts, a)
-	m.mu.Unlock()
-}
-
 // snapshot returns the attempts seen so far.
 func (m *merchant) snapshot() []hookAttempt {
 	m.mu.Lock()
@@ -254,13 +425,10 @@ func (m *merchant) effects(ctx context.Context) (map[string]int, error) {
 }
 
 // verifyHook checks an Oncepay-Signature header ("t=<unix>,v1=<hex>[,v1=<hex>]") against body:
-// some v1 is the HMAC-SHA256 of "<t>.<body>" under secret, and t lies within five minutes of
-// now. It computes the MAC itself rather than with oncepay's signer, so that a signer that
-// went wrong does not verify its own mistake.
-func verifyHook(secret, header string, body []byte) bool {
-	if secret == "" {
-		return false
-	}
+// some v1 is the HMAC-SHA256 of "<t>.<body>" under one of secrets, and t lies within five
+// minutes of now. It computes the MAC itself rather than with oncepay's signer, so that a
+// signer that went wrong does not verify its own mistake.
+func verifyHook(secrets []string, header string, body []byte) bool {
 	var ts string
 	var sigs [][]byte
 	for _, part := range strings.Split(header, ",") {
@@ -274,17 +442,63 @@ func verifyHook(secret, header string, body []byte) bool {
 			}
 		}
 	}
+	if !recent(ts) {
+		return false
+	}
+	for _, secret := range secrets {
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte(ts + "."))
+		mac.Write(body)
+		if anyEqual(sigs, mac.Sum(nil)) {
+			return true
+		}
+	}
+	return false
+}
+
+// verifyStandard checks the Standard Webhooks headers (https://www.standardwebhooks.com): some
+// "v1,<base64>" of webhook-signature is the HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>"
+// keyed by the base64 after whsec_ of one of secrets, and the timestamp lies within five
+// minutes of now. Written from the specification, not with oncepay's signer.
+func verifyStandard(secrets []string, h http.Header, body []byte) bool {
+	id, ts := h.Get("webhook-id"), h.Get("webhook-timestamp")
+	if id == "" || !recent(ts) {
+		return false
+	}
+	var sigs [][]byte
+	for _, part := range strings.Fields(h.Get("webhook-signature")) {
+		if v, ok := strings.CutPrefix(part, "v1,"); ok {
+			if b, err := base64.StdEncoding.DecodeString(v); err == nil {
+				sigs = append(sigs, b)
+			}
+		}
+	}
+	for _, secret := range secrets {
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+		if err != nil {
+			continue
+		}
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(id + "." + ts + "."))
+		mac.Write(body)
+		if anyEqual(sigs, mac.Sum(nil)) {
+			return true
+		}
+	}
+	return false
+}
+
+// recent reports whether ts, unix seconds, lies within five minutes of now.
+func recent(ts string) bool {
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
 		return false
 	}
-	if d := time.Since(time.Unix(sec, 0)); d > 5*time.Minute || d < -5*time.Minute {
-		return false
-	}
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(ts + "."))
-	mac.Write(body)
-	want := mac.Sum(nil)
+	d := time.Since(time.Unix(sec, 0))
+	return d <= 5*time.Minute && d >= -5*time.Minute
+}
+
+func anyEqual(sigs [][]byte, want []byte) bool {
 	for _, s := range sigs {
 		if hmac.Equal(s, want) {
 			return true
@@ -377,6 +591,9 @@ type hookView struct {
 	// stopped early.
 	feed    []string
 	feedErr string
+	// endpoint is the receiver's endpoint id, redeliveries the operator's (hookfaults.go).
+	endpoint     string
+	redeliveries []redelivery
 }
 
 // hookFigures are the run's webhook figures, for the summary.
@@ -393,6 +610,13 @@ type hookFigures struct {
 	Processed  int `json:"processed"`
 	FeedEvents int `json:"feed_events"`
 	FeedPages  int `json:"feed_pages"`
+	// Killed and Paused count the requests a kill or a pause of the receiver struck;
+	// Redelivered the deliveries the operator's redelivery queued; FeedLagMaxSecs is the
+	// longest an event waited for its place in the feed.
+	Killed         int     `json:"killed"`
+	Paused         int     `json:"paused"`
+	Redelivered    int     `json:"redelivered"`
+	FeedLagMaxSecs float64 `json:"feed_lag_max_seconds"`
 }
 
 // figures counts what the receiver saw.
@@ -405,7 +629,13 @@ func (v *hookView) figures(events, pages int) hookFigures {
 		case a.Err != "":
 			f.Failed++
 		}
-		switch a.Fault {
+		if strings.Contains(a.Fault, "killed") {
+			f.Killed++
+		}
+		if strings.Contains(a.Fault, "paused") {
+			f.Paused++
+		}
+		switch strings.TrimSuffix(strings.TrimSuffix(a.Fault, ",killed"), ",paused") {
 		case "lost_2xx":
 			f.Lost2xx++
 		case "500":
@@ -426,6 +656,8 @@ func (f hookFigures) String() string {
 		fmt.Sprintf("%d events", f.Events), fmt.Sprintf("%d attempts", f.Attempts), fmt.Sprintf("%d lost 2xx", f.Lost2xx),
 		fmt.Sprintf("%d answered 500 on purpose", f.Answered500), fmt.Sprintf("%d slow", f.Slow),
 		fmt.Sprintf("%d failed to process (500)", f.Failed), fmt.Sprintf("%d invalid signatures", f.BadSig),
+		fmt.Sprintf("%d struck by a kill, %d by a pause", f.Killed, f.Paused), fmt.Sprintf("%d redelivered", f.Redelivered),
 		fmt.Sprintf("%d effects", f.Processed), fmt.Sprintf("events API: %d events in %d pages", f.FeedEvents, f.FeedPages),
+		fmt.Sprintf("longest wait for the feed %.1fs", f.FeedLagMaxSecs),
 	}, ", ")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestVerifyHook(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := verifyHook("whsec_a", tc.header, body); got != tc.want {
+			if got := verifyHook([]string{"whsec_a"}, tc.header, body); got != tc.want {
 				t.Errorf("verifyHook(%q) = %v, want %v", tc.header, got, tc.want)
 			}
 		})
@@ -48,9 +49,7 @@ func TestMerchantProcessesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.close()
-	m.mu.Lock()
-	m.secret = "whsec_test"
-	m.mu.Unlock()
+	m.setSecret("whsec_dGVzdA==")
 	client := &http.Client{Timeout: time.Second}
 	send := func(id string, p float64, secret string) int {
 		t.Helper()
@@ -61,6 +60,9 @@ func TestMerchantProcessesOnce(t *testing.T) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(body))
 		req.Header.Set("Oncepay-Event-Id", id)
 		req.Header.Set("Oncepay-Signature", webhook.Sign([]string{secret}, time.Now(), body))
+		req.Header.Set("webhook-id", id)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
+		req.Header.Set("webhook-signature", webhook.SignStandard([]string{secret}, id, time.Now(), body))
 		resp, err := client.Do(req)
 		if err != nil {
 			return 0 // the lost 2xx: no answer within the client's timeout
@@ -69,16 +71,16 @@ func TestMerchantProcessesOnce(t *testing.T) {
 		return resp.StatusCode
 	}
 	lost := hook500Share + hookSlowShare + hookLostShare/2
-	if got := send("E1", lost, "whsec_test"); got != 0 {
+	if got := send("E1", lost, "whsec_dGVzdA=="); got != 0 {
 		t.Errorf("lost 2xx answered %d", got)
 	}
-	if got := send("E1", 0.99, "whsec_test"); got != http.StatusOK {
+	if got := send("E1", 0.99, "whsec_dGVzdA=="); got != http.StatusOK {
 		t.Errorf("the retry after a lost 2xx: %d", got)
 	}
-	if got := send("E2", 0, "whsec_test"); got != http.StatusInternalServerError {
+	if got := send("E2", 0, "whsec_dGVzdA=="); got != http.StatusInternalServerError {
 		t.Errorf("500 on purpose: %d", got)
 	}
-	if got := send("E3", 0.99, "whsec_other"); got != http.StatusBadRequest {
+	if got := send("E3", 0.99, "whsec_b3RoZXI="); got != http.StatusBadRequest {
 		t.Errorf("bad signature: %d", got)
 	}
 	effects, err := m.effects(ctx)
@@ -91,5 +93,82 @@ func TestMerchantProcessesOnce(t *testing.T) {
 	f := (&hookView{attempts: m.snapshot(), effects: effects}).figures(0, 0)
 	if f.Attempts != 4 || f.Lost2xx != 1 || f.Answered500 != 1 || f.BadSig != 1 || f.Processed != 1 {
 		t.Errorf("figures %+v", f)
+	}
+}
+
+// TestMerchantKilledPausedRotated runs the receiver's faults and the rotation by hand: a kill
+// cuts the request in flight and the receiver listens again on its port; a pause holds a
+// request past the client's timeout and answers it afterwards; after a rotation both secrets
+// verify until the grace ends, then only the new one.
+func TestMerchantKilledPausedRotated(t *testing.T) {
+	testenv.RequireMySQL(t)
+	_, dsn := testenv.DBWithDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := startMerchant(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.close()
+	const oldSecret, newSecret = "whsec_b2xk", "whsec_bmV3"
+	m.setSecret(oldSecret)
+	m.rnd = func() float64 { return 0.99 } // no fault of its own
+	n := 0
+	send := func(secret string, timeout time.Duration) (int, string) {
+		t.Helper()
+		n++
+		id := fmt.Sprint("E", n)
+		body := fmt.Appendf(nil, `{"event_id":%q,"type":"order.paid","data":{}}`, id)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(body))
+		req.Header.Set("Oncepay-Event-Id", id)
+		req.Header.Set("Oncepay-Signature", webhook.Sign([]string{secret}, time.Now(), body))
+		req.Header.Set("webhook-id", id)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
+		req.Header.Set("webhook-signature", webhook.SignStandard([]string{secret}, id, time.Now(), body))
+		resp, err := (&http.Client{Timeout: timeout}).Do(req)
+		if err != nil {
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b := new(bytes.Buffer)
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	if status, body := send(oldSecret, time.Second); status != http.StatusOK || requestOf(body) != "r1" {
+		t.Fatalf("first request: %d %s, want 200 naming r1", status, body)
+	}
+
+	m.kill()
+	if status, _ := send(oldSecret, time.Second); status != 0 {
+		t.Errorf("a killed receiver answered %d", status)
+	}
+	if err := m.restart(); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := send(oldSecret, time.Second); status != http.StatusOK {
+		t.Errorf("after the restart on the same port: %d", status)
+	}
+
+	m.pause()
+	time.AfterFunc(1500*time.Millisecond, m.resume)
+	if status, _ := send(oldSecret, 500*time.Millisecond); status != 0 {
+		t.Errorf("a paused receiver answered %d within the client's timeout", status)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	as := m.snapshot()
+	if last := as[len(as)-1]; last.Fault != "paused" || last.Answer != http.StatusOK || last.Done.Sub(last.At) < time.Second {
+		t.Errorf("the request held by the pause: %+v, want answered 200 once the pause ended", last)
+	}
+
+	m.rotated(newSecret, time.Now().Add(time.Second))
+	if status, _ := send(newSecret, time.Second); status != http.StatusOK {
+		t.Errorf("signed with the new secret: %d", status)
+	}
+	if status, _ := send(oldSecret, time.Second); status != http.StatusOK {
+		t.Errorf("signed with the old secret within the grace: %d", status)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if status, _ := send(oldSecret, time.Second); status != http.StatusBadRequest {
+		t.Errorf("signed with the old secret after the grace: %d, want 400", status)
 	}
 }
