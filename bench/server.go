@@ -8,15 +8,21 @@ import (
 	"os"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/platform/ids"
+
+	"gorm.io/gorm"
 )
 
 // The real server's order request: alice, a demo user with a seeded API key, buys one unit
 // of the demo SKU SKU-1002, whose stock the bench first raises so that no run sells out.
 const (
-	serverSKU  = "SKU-1002"
-	aliceKey   = "demo-alice-key"
+	serverSKU = "SKU-1002"
+	// aliceKey is the key of the bench's own user, made in each server's database by
+	// ensureBenchUser: on a real database the demo users get random keys (internal/app/seed.go).
+	aliceKey   = "bench-alice-key"
 	ordersPath = "/v1/orders"
 )
 
@@ -102,6 +108,9 @@ func (e *env) startOncepay(ctx context.Context, name string, lab idempotent.Lab)
 		return "", fmt.Errorf("app.New: %w", err)
 	}
 	e.defer1(a.Close)
+	if err := ensureBenchUser(ctx, a.DB); err != nil {
+		return "", err
+	}
 	url, stop, err := serveHTTP(a.Handler())
 	if err != nil {
 		return "", err
@@ -159,6 +168,18 @@ func raiseStock(ctx context.Context, url, adminKey string) error {
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		return fmt.Errorf("PUT /v1/admin/inventory/%s answered %d", serverSKU, res.StatusCode)
+	}
+	return nil
+}
+
+// ensureBenchUser makes the user whose key is aliceKey in db, unless it exists.
+func ensureBenchUser(ctx context.Context, db *gorm.DB) error {
+	gen, err := ids.New(1000)
+	if err != nil {
+		return err
+	}
+	if _, err := account.NewUsers(db, gen).Ensure(ctx, "bench-alice", aliceKey); err != nil {
+		return fmt.Errorf("the bench's user: %w", err)
 	}
 	return nil
 }
