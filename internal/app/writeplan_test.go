@@ -37,8 +37,7 @@ func TestWritesArePlanned(t *testing.T) {
 		do()
 		var found [][]testenv.Command
 		for _, tx := range wire.Transactions() {
-			if testenv.Index(testenv.Statements(tx), "INSERT INTO `idempotency_records`") >= 0 ||
-				testenv.Index(testenv.Statements(tx), "INSERT INTO idempotency_records") >= 0 {
+			if recordAt(testenv.Statements(tx)) >= 0 {
 				found = append(found, tx)
 			}
 		}
@@ -50,7 +49,7 @@ func TestWritesArePlanned(t *testing.T) {
 	recordFirst := func(t *testing.T, tx []testenv.Command) {
 		t.Helper()
 		stmts := testenv.Statements(tx)
-		rec := max(testenv.Index(stmts, "INSERT INTO `idempotency_records`"), testenv.Index(stmts, "INSERT INTO idempotency_records"))
+		rec := recordAt(stmts)
 		for i, st := range stmts {
 			contended := strings.HasPrefix(strings.ToUpper(st), "UPDATE") || strings.HasSuffix(strings.ToUpper(st), "FOR UPDATE")
 			if contended && i < rec {
@@ -127,6 +126,10 @@ func TestWritesArePlanned(t *testing.T) {
 		t.Logf("a recharge:\n%s", describeCmds(tx))
 	})
 }
+
+// recordAt is the position of the dedup record's INSERT in stmts (the kit's own statement,
+// idempotent/record.go), or -1.
+func recordAt(stmts []string) int { return testenv.Index(stmts, "INSERT INTO idempotency_records") }
 
 func describe(stmts []string) string {
 	var b strings.Builder

@@ -203,11 +203,3 @@ func (p *heldPool) send(ctx context.Context) error {
 	}
 	return refused
 }
-
-// String describes the held statements, for a test's failure message.
-func (b *Batch) String() string {
-	if b.pool == nil {
-		return "batch (SQLite: sent as added)"
-	}
-	return fmt.Sprintf("batch of %d statements", len(b.pool.sqls))
-}
