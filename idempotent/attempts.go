@@ -3,7 +3,9 @@ package idempotent
 import (
 	"context"
 	"errors"
+	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,20 +48,84 @@ func (g *Guard) newAttempt(ctx context.Context, req Request, res Result, err err
 		layer: string(res.Layer), status: res.Response.Status, duration: time.Since(start)}
 }
 
-// args are the releaseScript arguments of a, after owner, value and cache TTL.
-func (a *attempt) args(ttl time.Duration) []any {
-	return []any{a.at.UnixMilli(), a.rid, a.via, ttl.Milliseconds(),
-		a.outcome, a.layer, strconv.Itoa(a.status), strconv.FormatFloat(float64(a.duration.Microseconds())/1000, 'f', 3, 64)}
+// attemptLog appends attempts to their keys' logs off the request's path. The log is for a
+// person diagnosing a key (Attempts, the admin lookup): it must say how many copies came and
+// when, but no copy should wait for it — an XADD in the claim's script was a fifth of a
+// replay's cost. add queues an entry and returns; one goroutine at a time sends what is
+// queued in one pipeline and exits once the queue is empty, so an idle guard runs nothing.
+// Past maxQueuedAttempts (Redis slow or down) entries are dropped and counted.
+type attemptLog struct {
+	g       *Guard
+	mu      sync.Mutex
+	queue   []queuedAttempt
+	sending bool
 }
 
-// logAlone appends a to the attempt log of k in a round trip of its own: for attempts that
-// held no lease (lock off, redsync mode).
-func (g *Guard) logAlone(ctx context.Context, k Key, a *attempt) {
+type queuedAttempt struct {
+	key Key
+	a   *attempt
+}
+
+// maxQueuedAttempts bounds the memory the log takes while Redis does not keep up.
+const maxQueuedAttempts = 8192
+
+func (l *attemptLog) add(k Key, a *attempt) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.queue) >= maxQueuedAttempts {
+		l.g.metrics.attemptsDropped.Inc()
+		return
+	}
+	l.queue = append(l.queue, queuedAttempt{key: k, a: a})
+	if !l.sending {
+		l.sending = true
+		go l.drain()
+	}
+}
+
+// drain sends the queue until it finds it empty.
+func (l *attemptLog) drain() {
+	for {
+		l.mu.Lock()
+		batch := l.queue
+		l.queue = nil
+		if len(batch) == 0 {
+			l.sending = false
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		l.send(batch)
+	}
+}
+
+// flush sends what is queued now, for a reader of the log who must see every attempt this
+// guard has answered.
+func (l *attemptLog) flush() {
+	l.mu.Lock()
+	batch := l.queue
+	l.queue = nil
+	l.mu.Unlock()
+	l.send(batch)
+}
+
+// send appends batch to the logs in one pipeline: each log a stream capped near 64 entries
+// that lives as long as the replay cache.
+func (l *attemptLog) send(batch []queuedAttempt) {
+	if len(batch) == 0 {
+		return
+	}
+	g := l.g
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	pipe := g.rdb.Pipeline()
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: g.logKey(k), MaxLen: 64, Approx: true, Values: []any{
-		"t", a.at.UnixMilli(), "rid", a.rid, "via", a.via, "outcome", a.outcome, "layer", a.layer,
-		"status", a.status, "ms", strconv.FormatFloat(float64(a.duration.Microseconds())/1000, 'f', 3, 64)}})
-	pipe.PExpire(ctx, g.logKey(k), g.cfg.CacheTTL)
+	for _, q := range batch {
+		a := q.a
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: g.logKey(q.key), MaxLen: 64, Approx: true, Values: []any{
+			"t", a.at.UnixMilli(), "rid", a.rid, "via", a.via, "outcome", a.outcome, "layer", a.layer,
+			"status", a.status, "ms", strconv.FormatFloat(float64(a.duration.Microseconds())/1000, 'f', 3, 64)}})
+		pipe.PExpire(ctx, g.logKey(q.key), g.cfg.CacheTTL)
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		g.metrics.redisErrors.WithLabelValues(string(LayerCache)).Inc()
 	}
@@ -69,6 +135,7 @@ func (g *Guard) logAlone(ctx context.Context, k Key, a *attempt) {
 // Redis was reachable, for as long as the replay cache keeps the key (at most the last 64 or
 // so). Attempts answered while Redis was down are only in the logs.
 func (g *Guard) Attempts(ctx context.Context, k Key) ([]Attempt, error) {
+	g.log.flush()
 	msgs, err := g.rdb.XRange(ctx, g.logKey(k), "-", "+").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
@@ -84,5 +151,7 @@ func (g *Guard) Attempts(ctx context.Context, k Key) ([]Attempt, error) {
 			Layer: str("layer"), Status: status, Duration: time.Duration(d * float64(time.Millisecond)), DurationMS: d,
 		})
 	}
+	// Two pipelines (the background one and a flush) may have crossed: order by time.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out, nil
 }

@@ -1,5 +1,7 @@
 package idempotent
 
+import "time"
+
 // CacheKey exposes the replay-cache key of k, so that tests can check what Purge drops.
 func (g *Guard) CacheKey(k Key) string { return g.cacheKey(k) }
 
@@ -23,3 +25,16 @@ var Storable = storable
 
 // TokenPrefix is the prefix of an issued token.
 const TokenPrefix = tokenPrefix
+
+// DrainAttemptLog waits until every attempt g has queued for its log has been sent.
+func (g *Guard) DrainAttemptLog() {
+	for {
+		g.log.mu.Lock()
+		idle := !g.log.sending && len(g.log.queue) == 0
+		g.log.mu.Unlock()
+		if idle {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -168,12 +169,13 @@ type Guard struct {
 	rs        *redsync.Redsync
 	cfg       Config
 	metrics   *metrics
+	log       *attemptLog
 }
 
 // New returns a guard whose dedup records live in db (table idempotency_records, see
 // Record) and whose token, lock and cache layers live in rdb.
 func New(db *gorm.DB, rdb redis.UniversalClient, cfg Config) *Guard {
-	return &Guard{
+	g := &Guard{
 		db:        db,
 		insertSQL: insertSQL(db.Dialector.Name()),
 		rdb:       rdb,
@@ -181,6 +183,8 @@ func New(db *gorm.DB, rdb redis.UniversalClient, cfg Config) *Guard {
 		cfg:       cfg.withDefaults(),
 		metrics:   newMetrics(cfg.Registerer),
 	}
+	g.log = &attemptLog{g: g}
+	return g
 }
 
 // Request is one attempt at a write.
@@ -290,16 +294,16 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	l, cached, cerr := g.claim(ctx, req)
 	switch {
 	case errors.Is(cerr, errLockBusy):
-		return Result{Outcome: InProgress, Layer: LayerLock}, ErrKeyInUse
+		return g.logged(ctx, req, Result{Outcome: InProgress, Layer: LayerLock}, ErrKeyInUse, start, http.StatusConflict)
 	case cerr != nil:
 		if err := g.redisFailed(LayerCache, cerr); err != nil {
 			return Result{Outcome: Unavailable, Layer: LayerCache}, err
 		}
 		degraded = append(degraded, LayerCache, LayerLock)
 	case cached != nil && cached.Fingerprint != req.Fingerprint:
-		return Result{Outcome: Mismatch, Layer: LayerCache}, ErrKeyReused
+		return g.logged(ctx, req, Result{Outcome: Mismatch, Layer: LayerCache}, ErrKeyReused, start, cached.Response.Status)
 	case cached != nil:
-		return Result{Response: cached.Response, Outcome: Replayed, Layer: LayerCache}, nil
+		return g.logged(ctx, req, Result{Response: cached.Response, Outcome: Replayed, Layer: LayerCache}, nil, start, cached.Response.Status)
 	case l != nil:
 		workCtx = l.ctx
 	}
@@ -368,18 +372,26 @@ func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, e
 		(res.Outcome == Executed || (res.Outcome == Replayed && res.Layer == LayerDedup)) {
 		fill = &cached{Fingerprint: req.Fingerprint, Response: res.Response}
 	}
-	a := g.newAttempt(ctx, req, res, err, start)
 	bg := context.WithoutCancel(ctx)
 	switch {
 	case l != nil:
-		l.release(bg, fill, a)
+		l.release(bg, fill)
 	case !redisUp || (g.cfg.Lab.NoLock && g.cfg.Lab.NoCache):
-	default:
-		if fill != nil {
-			g.cachePut(bg, req.Key, fill)
-		}
-		g.logAlone(bg, req.Key, a)
+		return
+	case fill != nil:
+		g.cachePut(bg, req.Key, fill)
 	}
+	g.log.add(req.Key, g.newAttempt(ctx, req, res, err, start))
+}
+
+// logged returns res and err, an answer from the claim alone (a replay from the cache, a key
+// reused, a copy in flight), once the attempt is queued for the key's log with status: the
+// stored answer's, or the 409 of a copy in flight.
+func (g *Guard) logged(ctx context.Context, req Request, res Result, err error, start time.Time, status int) (Result, error) {
+	a := g.newAttempt(ctx, req, res, err, start)
+	a.status = status
+	g.log.add(req.Key, a)
+	return res, err
 }
 
 // redisFailed decides what a Redis failure in a layer means: nil lets the layer step aside
@@ -667,8 +679,12 @@ func (g *Guard) fromRecordID(ctx context.Context, req Request) (Result, int64, b
 	return Result{Response: rec.response(), Outcome: Replayed, Layer: LayerDedup}, rec.ID, true, nil
 }
 
-// observe counts the outcome and writes the one log line per attempt that lets a person
-// answer the articles' diagnosis from the logs (request_id, biz_type, biz_key, outcome).
+// observe counts the outcome and writes the log line of an attempt that lets a person answer
+// the articles' diagnosis from the logs (request_id, biz_type, biz_key, outcome): at Info for
+// an attempt that ran the work or was refused, at Warn for an error. A copy — a replay, a
+// copy in flight — is logged at Debug only: a storm of copies would otherwise write a line
+// each, a sixth of a replay's cost, while the outcome counter and the key's attempt log
+// (Attempts) already say how many came and when.
 func (g *Guard) observe(ctx context.Context, k Key, res Result, err error, start time.Time) {
 	outcome := res.Outcome
 	if outcome == "" {
@@ -676,8 +692,11 @@ func (g *Guard) observe(ctx context.Context, k Key, res Result, err error, start
 	}
 	g.metrics.outcomes.WithLabelValues(k.BizType, string(res.Layer), string(outcome)).Inc()
 	level := slog.LevelInfo
-	if outcome == "error" {
+	switch outcome {
+	case "error":
 		level = slog.LevelWarn
+	case Replayed, InProgress:
+		level = slog.LevelDebug
 	}
 	if !slog.Default().Enabled(ctx, level) {
 		return

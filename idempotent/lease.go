@@ -23,7 +23,7 @@ type lease struct {
 	cancel context.CancelCauseFunc
 
 	extend func(ctx context.Context) (bool, error)
-	unlock func(ctx context.Context, fill *cached, a *attempt)
+	unlock func(ctx context.Context, fill *cached)
 
 	mu       sync.Mutex
 	timer    *time.Timer
@@ -38,16 +38,12 @@ func (g *Guard) newLease(ctx context.Context, k Key, owner string) *lease {
 		n, err := renewScript.Run(ctx, g.rdb, []string{name}, owner, g.cfg.LockTTL.Milliseconds()).Int()
 		return n == 1, err
 	}
-	l.unlock = func(ctx context.Context, fill *cached, a *attempt) {
+	l.unlock = func(ctx context.Context, fill *cached) {
 		value, ttl := "", int64(0)
 		if fill != nil {
 			value, ttl = string(fill.encode()), g.cfg.CacheTTL.Milliseconds()
 		}
-		keys, args := []string{g.cacheKey(k), name}, []any{owner, value, ttl}
-		if a != nil {
-			keys, args = append(keys, g.logKey(k)), append(args, a.args(g.cfg.CacheTTL)...)
-		}
-		if err := releaseScript.Run(ctx, g.rdb, keys, args...).Err(); err != nil {
+		if err := releaseScript.Run(ctx, g.rdb, []string{g.cacheKey(k), name}, owner, value, ttl).Err(); err != nil {
 			g.metrics.redisErrors.WithLabelValues(string(LayerLock)).Inc()
 		}
 	}
@@ -72,12 +68,9 @@ func (g *Guard) lockRedsync(ctx context.Context, name string, k Key) (*lease, er
 	}
 	l := g.startLease(ctx, k)
 	l.extend = m.ExtendContext
-	l.unlock = func(ctx context.Context, fill *cached, a *attempt) {
+	l.unlock = func(ctx context.Context, fill *cached) {
 		if fill != nil {
 			g.cachePut(ctx, k, fill)
-		}
-		if a != nil {
-			g.logAlone(ctx, k, a)
 		}
 		_, _ = m.UnlockContext(ctx)
 	}
@@ -126,9 +119,9 @@ func (l *lease) renew() {
 	l.cancel(ErrLockLost)
 }
 
-// release stops the watchdog, fills the cache with fill (if any), logs the attempt a (if any)
-// and deletes the lock if it is still ours. It is safe to call on every path.
-func (l *lease) release(ctx context.Context, fill *cached, a *attempt) {
+// release stops the watchdog, fills the cache with fill (if any) and deletes the lock if it
+// is still ours. It is safe to call on every path.
+func (l *lease) release(ctx context.Context, fill *cached) {
 	l.mu.Lock()
 	l.released = true
 	if l.timer != nil {
@@ -137,7 +130,7 @@ func (l *lease) release(ctx context.Context, fill *cached, a *attempt) {
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	l.unlock(ctx, fill, a)
+	l.unlock(ctx, fill)
 	l.cancel(nil)
 }
 
@@ -158,6 +151,6 @@ func (g *Guard) RunLocked(ctx context.Context, name string, fn func(ctx context.
 		}
 		return true, fn(ctx) // degraded: run on the database preconditions alone
 	}
-	defer l.release(context.WithoutCancel(ctx), nil, nil)
+	defer l.release(context.WithoutCancel(ctx), nil)
 	return true, fn(l.ctx)
 }

@@ -11,6 +11,7 @@ type metrics struct {
 	busy           prometheus.Counter
 	indefinite     prometheus.Counter
 	purged         prometheus.Counter
+	attemptsDropped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -47,9 +48,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "idempotency_purged_records_total",
 			Help: "Dedup records deleted by the purge job (I6).",
 		}),
+		attemptsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idempotency_attempt_log_dropped_total",
+			Help: "Attempts left out of their key's attempt log because Redis did not keep up with the log's queue.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.outcomes, m.lockExtensions, m.lockLost, m.redisErrors, m.retries, m.busy, m.indefinite, m.purged)
+		reg.MustRegister(m.outcomes, m.lockExtensions, m.lockLost, m.redisErrors, m.retries, m.busy, m.indefinite, m.purged, m.attemptsDropped)
 	}
 	return m
 }

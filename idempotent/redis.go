@@ -99,50 +99,27 @@ func decodeCached(raw []byte) (c cached, ok bool) {
 	return c, true
 }
 
-// logAttempt is the Lua that appends one attempt to the key's attempt log (see Attempts): a
-// stream capped near 64 entries that lives as long as the replay cache. It is part of the
-// claim and release scripts, so the log costs no round trip of its own.
-const logAttempt = `
-local function log(at, outcome, layer, status, ms)
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', 64, '*', 't', ARGV[at], 'rid', ARGV[at+1], 'via', ARGV[at+2],
-    'outcome', outcome, 'layer', layer, 'status', status, 'ms', ms)
-  redis.call('PEXPIRE', KEYS[3], ARGV[at+3])
-end
-`
-
 // claimScript is layers 2 and 3 in one round trip: the cached outcome if there is one,
 // otherwise the lease taken with SET NX PX and a random owner (ARGV[1]); ARGV[3] = "0" skips
-// the lease (NoLock), ARGV[4] = "0" skips the cache (NoCache). A replay or a busy lease is
-// logged (ARGV[5] is the request's fingerprint, ARGV[6..9] the log entry's time, request id,
-// path and the log's TTL).
+// the lease (NoLock), ARGV[4] = "0" skips the cache (NoCache). The attempt is logged by the
+// guard afterwards, off the request's path (attemptLog).
 // Answers: {1, outcome} cached, {2} lease taken, {3} lease busy, {0} neither asked.
-var claimScript = redis.NewScript(logAttempt + `
+var claimScript = redis.NewScript(`
 if ARGV[4] == '1' then
   local v = redis.call('GET', KEYS[1])
-  if v then
-    local nl = string.find(v, '\n', 1, true) or 0
-    local nl2 = string.find(v, '\n', nl + 1, true) or nl
-    local outcome = 'mismatch'
-    if string.sub(v, 1, nl - 1) == ARGV[5] then outcome = 'replayed' end
-    log(6, outcome, 'cache', string.sub(v, nl + 1, nl2 - 1), '0')
-    return {1, v}
-  end
+  if v then return {1, v} end
 end
 if ARGV[3] == '1' then
   if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2} end
-  log(6, 'in_progress', 'lock', '409', '0')
   return {3}
 end
 return {0}
 `)
 
 // releaseScript fills the cache with a committed outcome (ARGV[2], unless empty, for ARGV[3]
-// ms) and deletes the lease only if it is still ours (compare-and-delete). With a third key
-// it also logs the attempt (ARGV[4..7]: time, request id, path, log TTL; ARGV[8..11]:
-// outcome, layer, status, duration in ms).
-var releaseScript = redis.NewScript(logAttempt + `
+// ms) and deletes the lease only if it is still ours (compare-and-delete).
+var releaseScript = redis.NewScript(`
 if ARGV[2] ~= '' then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
-if KEYS[3] then log(4, ARGV[8], ARGV[9], ARGV[10], ARGV[11]) end
 if redis.call('GET', KEYS[2]) == ARGV[1] then return redis.call('DEL', KEYS[2]) end
 return 0
 `)
@@ -164,9 +141,8 @@ func (g *Guard) claim(ctx context.Context, req Request) (*lease, *cached, error)
 		return g.claimRedsync(ctx, k)
 	}
 	owner := randomToken()
-	reply, err := claimScript.Run(ctx, g.rdb, []string{g.cacheKey(k), g.leaseKey(k), g.logKey(k)},
-		owner, g.cfg.LockTTL.Milliseconds(), flag(!g.cfg.Lab.NoLock), flag(!g.cfg.Lab.NoCache), req.Fingerprint,
-		g.cfg.Now().UnixMilli(), g.cfg.RequestID(ctx), req.Via, g.cfg.CacheTTL.Milliseconds()).Slice()
+	reply, err := claimScript.Run(ctx, g.rdb, []string{g.cacheKey(k), g.leaseKey(k)},
+		owner, g.cfg.LockTTL.Milliseconds(), flag(!g.cfg.Lab.NoLock), flag(!g.cfg.Lab.NoCache)).Slice()
 	if err != nil {
 		return nil, nil, errors.Join(errRedisDown, err)
 	}
