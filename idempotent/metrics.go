@@ -3,14 +3,14 @@ package idempotent
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	outcomes       *prometheus.CounterVec
-	lockExtensions *prometheus.CounterVec
-	lockLost       prometheus.Counter
-	redisErrors    *prometheus.CounterVec
-	retries        prometheus.Counter
-	busy           prometheus.Counter
-	indefinite     prometheus.Counter
-	purged         prometheus.Counter
+	outcomes        *prometheus.CounterVec
+	lockExtensions  *prometheus.CounterVec
+	lockLost        prometheus.Counter
+	redisErrors     *prometheus.CounterVec
+	retries         prometheus.Counter
+	busy            prometheus.Counter
+	indefinite      prometheus.Counter
+	purged          prometheus.Counter
 	attemptsDropped prometheus.Counter
 }
 
