@@ -10,6 +10,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -134,62 +135,74 @@ func (s *Recharges) Get(ctx context.Context, userID, id int64) (Recharge, error)
 //
 // tx is the guard's transaction, whose dedup record on channel + trade_no commits with the
 // credit (I3), and in which the port has already claimed the trade number for this recharge
-// (a number that paid an order, or another recharge, never gets here). A recharge nobody
-// issued, or a different amount, is refused and stores nothing, the amount kept as an
-// anomaly; a recharge already paid by this trade is a duplicate, by another trade a
-// duplicate_payment kept for refund.
+// (a number that paid an order, or another recharge, never gets here). In order:
+//
+//  1. a status other than SUCCESS changes nothing (Ignored);
+//  2. the recharge, a plain read: one nobody issued, or a different amount, is refused and
+//     stores nothing, the amount kept as an anomaly;
+//  3. a recharge already paid is answered from its state (refuse): by this trade a duplicate,
+//     by another a duplicate_payment kept for refund;
+//  4. otherwise one batch: the new row — the event recharge.succeeded (I17) — then the dedup
+//     record, then the contended rows: the conditional PENDING → SUCCEEDED, whose rows
+//     affected decide between copies (a recharge that moved since step 2 fails it, and the
+//     guard runs it all again: idempotent.ErrStale), then the credit — the balance in place
+//     and the ledger row whose unique (biz_type, biz_id) is the last line should anything get
+//     past the transition.
 func (s *Recharges) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
-	o, err := s.apply(ctx, tx, r)
-	if err != nil {
-		return 0, err
-	}
-	return o, record(o)
-}
-
-// apply is the change of Apply, which records its outcome after it.
-func (s *Recharges) apply(ctx context.Context, tx *gorm.DB, r notify.Report) (notify.Outcome, error) {
 	if !r.Final() {
-		return notify.Ignored, nil
+		return notify.Ignored, record(notify.Ignored)
 	}
 	id, ok := r.OwnerID()
 	if !ok {
 		return 0, notify.Refuse(ErrRechargeNotFound, nil)
 	}
-	tx = tx.WithContext(ctx)
-	// 1. The state precondition (I2): PENDING → SUCCEEDED for the amount asked, in one
-	//    conditional UPDATE. The database serializes copies on the row, so only one of them
-	//    can match; rows affected decides, never a SELECT made before it.
-	moved, err := s.markSucceeded(tx, id, r)
-	if err != nil {
-		return 0, err
-	}
-	rc, err := lockRecharge(tx, id)
-	if errors.Is(err, ErrRechargeNotFound) {
-		return 0, notify.Refuse(err, nil)
+	var rc Recharge
+	err := tx.WithContext(ctx).Where("id = ?", id).Take(&rc).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return 0, notify.Refuse(ErrRechargeNotFound, nil)
 	}
 	if err != nil {
 		return 0, err
 	}
-	if moved {
-		// 2. Credit once: the balance in place, plus the ledger row whose unique
-		//    (biz_type, biz_id) is the last line should anything get past step 1.
-		_, err := s.ledger.Credit(ctx, tx, rc.UserID, rc.Amount, BizTypeRecharge, ids.Format(rc.ID))
-		if errors.Is(err, ErrAlreadyCredited) {
-			slog.ErrorContext(ctx, "recharge: the ledger's unique key caught a second credit (I2)",
-				"recharge_id", r.OutNo, "channel", r.Channel, "trade_no", r.Number, "err", err)
-		}
-		if err != nil {
-			return 0, err
-		}
-		// 3. The merchant's recharge.succeeded, in the same transaction as the credit (I17).
-		return notify.Applied, s.events.Announce(ctx, tx, outbox.RechargeSucceeded, rechargeView(rc))
+	if rc.Amount != r.Amount || rc.Status != RechargePending {
+		return s.refuse(ctx, tx, rc, r, record)
 	}
-	// No row matched: the recharge is for another amount, or has moved on.
-	return s.refuse(ctx, tx, rc, r)
+
+	now := clock.Now().Truncate(time.Microsecond)
+	paid := rc
+	paid.Status, paid.Channel, paid.TradeNo, paid.SucceededAt, paid.UpdatedAt = RechargeSucceeded, &r.Channel, &r.Number, &now, now
+	ev, err := s.events.NewEvent(ctx, outbox.RechargeSucceeded, rechargeView(paid))
+	if err != nil {
+		return 0, err
+	}
+	b := database.Hold(tx)
+	b.Insert(ctx, ev)
+	if err := record(notify.Applied); err != nil {
+		return 0, err
+	}
+	b.UpdateRows(ctx, fmt.Errorf("recharge %d: %w", rc.ID, idempotent.ErrStale), &Recharge{},
+		map[string]any{"status": RechargeSucceeded, "channel": r.Channel, "trade_no": r.Number, "succeeded_at": now, "updated_at": now},
+		"id = ? AND status IN ? AND amount = ?", rc.ID, rechargeFrom[RechargeSucceeded], r.Amount)
+	if err := b.Send(ctx); database.IsDuplicateKey(err) {
+		// The claim makes this unreachable; the unique (channel, trade_no) is the last line.
+		return 0, notify.Refuse(ErrTradeNoTaken.Withf("channel %q trade_no %q already paid another recharge", r.Channel, r.Number), nil)
+	} else if err != nil {
+		return 0, err
+	}
+	_, err = s.ledger.Credit(ctx, tx, rc.UserID, rc.Amount, BizTypeRecharge, ids.Format(rc.ID))
+	if errors.Is(err, ErrAlreadyCredited) {
+		slog.ErrorContext(ctx, "recharge: the ledger's unique key caught a second credit (I2)",
+			"recharge_id", r.OutNo, "channel", r.Channel, "trade_no", r.Number, "err", err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return notify.Applied, nil
 }
 
-// refuse explains why the conditional UPDATE matched no row, from the recharge as it stands.
-func (s *Recharges) refuse(ctx context.Context, tx *gorm.DB, rc Recharge, r notify.Report) (notify.Outcome, error) {
+// refuse answers a report about rc that the recharge as read cannot take: another amount, or
+// a recharge already paid.
+func (s *Recharges) refuse(ctx context.Context, tx *gorm.DB, rc Recharge, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
 	kept := func(kind, detail string) anomaly.Anomaly {
 		return anomaly.Anomaly{Kind: kind, RechargeID: &rc.ID, Channel: r.Channel, TradeNo: r.Number, Amount: r.Amount, Detail: detail}
 	}
@@ -199,48 +212,15 @@ func (s *Recharges) refuse(ctx context.Context, tx *gorm.DB, rc Recharge, r noti
 		a := kept(anomaly.AmountMismatch, detail)
 		return 0, notify.Refuse(ErrAmountMismatch.Withf("%s", detail), &a)
 	case rc.Status == RechargeSucceeded && rc.paidBy(r.Channel, r.Number):
-		return notify.Duplicate, nil
+		return notify.Duplicate, record(notify.Duplicate)
 	case rc.Status == RechargeSucceeded:
 		detail := fmt.Sprintf("recharge %d was already paid by %s %s; refund this payment", rc.ID, deref(rc.Channel), deref(rc.TradeNo))
-		return notify.Kept, s.anomalies.Record(ctx, tx, kept(anomaly.DuplicatePayment, detail))
-	}
-	// A locking read after the UPDATE cannot see PENDING with the same amount.
-	return 0, fmt.Errorf("recharge %d is %s after its conditional update matched nothing", rc.ID, rc.Status)
-}
-
-// markSucceeded is the conditional UPDATE of Notify: it reports whether this notification
-// moved the recharge to SUCCEEDED.
-func (s *Recharges) markSucceeded(tx *gorm.DB, id int64, n notify.Report) (bool, error) {
-	now := clock.Now().Truncate(time.Microsecond)
-	res := tx.Model(&Recharge{}).
-		Where("id = ? AND status IN ? AND amount = ?", id, rechargeFrom[RechargeSucceeded], n.Amount).
-		Updates(map[string]any{
-			"status":       RechargeSucceeded,
-			"channel":      n.Channel,
-			"trade_no":     n.Number,
-			"succeeded_at": now,
-			"updated_at":   now,
-		})
-	if err := database.Translate(res.Error); err != nil {
-		if errors.Is(err, database.ErrDuplicateKey) {
-			// The claim makes this unreachable; the unique (channel, trade_no) is the last line.
-			return false, notify.Refuse(ErrTradeNoTaken.Withf("channel %q trade_no %q already paid another recharge", n.Channel, n.Number), nil)
+		if err := s.anomalies.Record(ctx, tx, kept(anomaly.DuplicatePayment, detail)); err != nil {
+			return 0, err
 		}
-		return false, err
+		return notify.Kept, record(notify.Kept)
 	}
-	return res.RowsAffected == 1, nil
-}
-
-// lockRecharge reads the recharge as it stands now. It is a locking read on purpose
-// (database.ForUpdate): under REPEATABLE READ a plain SELECT may answer from a snapshot older
-// than the copy that just won the row, and see PENDING where the UPDATE saw SUCCEEDED.
-func lockRecharge(tx *gorm.DB, id int64) (Recharge, error) {
-	var rc Recharge
-	err := database.ForUpdate(tx).Where("id = ?", id).Take(&rc).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return Recharge{}, ErrRechargeNotFound
-	}
-	return rc, err
+	return 0, fmt.Errorf("recharge %d is %s, which no report can move", rc.ID, rc.Status)
 }
 
 func deref(s *string) string {

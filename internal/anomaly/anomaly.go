@@ -100,13 +100,20 @@ func NewRecorder(db *gorm.DB, gen *ids.Generator) *Recorder { return &Recorder{d
 // Record stores a once per (kind, channel, trade_no) in tx, the transaction of the answer it
 // explains. A second copy of the same anomaly changes nothing.
 func (r *Recorder) Record(ctx context.Context, tx *gorm.DB, a Anomaly) error {
+	row := r.Row(ctx, a)
+	return tx.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(row).Error
+}
+
+// Row is a as the row Record writes, for a planned write that inserts it with its other new
+// rows (database.Batch.InsertOrSkip), a second copy of it a no-op as with Record.
+func (r *Recorder) Row(ctx context.Context, a Anomaly) *Anomaly {
 	a.ID = r.ids.Next()
 	if a.Space == "" {
 		a.Space = "trade"
 	}
 	a.RequestID = requestid.From(ctx)
 	a.CreatedAt = clock.Now()
-	return tx.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&a).Error
+	return &a
 }
 
 // RecordAlone stores a in a small transaction of its own, for a refusal that has no business

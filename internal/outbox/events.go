@@ -59,7 +59,7 @@ type Envelope struct {
 // Announce writes the event typ about data — the resource as it is after the change — in tx,
 // the transaction of the change.
 func (w *Writer) Announce(ctx context.Context, tx *gorm.DB, typ string, data any) error {
-	ev, err := w.Notice(ctx, w.ids.Next(), typ, data)
+	ev, err := w.NewEvent(ctx, typ, data)
 	if err != nil {
 		return err
 	}
@@ -67,6 +67,12 @@ func (w *Writer) Announce(ctx context.Context, tx *gorm.DB, typ string, data any
 		return fmt.Errorf("event %s: %w", typ, err)
 	}
 	return nil
+}
+
+// NewEvent returns the events row of typ about data under a new id without writing it, for a
+// planned write that inserts it with its other new rows (database.Batch).
+func (w *Writer) NewEvent(ctx context.Context, typ string, data any) (*Event, error) {
+	return w.Notice(ctx, w.ids.Next(), typ, data)
 }
 
 // Notice returns the events row of typ about data under id without writing it, for a caller

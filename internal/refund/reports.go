@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
@@ -29,28 +31,25 @@ func NewReports(orders *order.Service, anomalies *anomaly.Recorder, events *outb
 }
 
 // Apply ends the refund r names, in tx (the guard's, whose dedup record on channel +
-// refund_no commits with it, and in which the port has claimed the refund_no for it): the
-// conditional move to SUCCEEDED or FAILED, then — when the SUCCEEDED refunds of an order (not
-// the anomalies') reach its amount — the order's move PAID → REFUNDED with its stock
-// returned, the contended rows last.
+// refund_no commits with it, and in which the port has claimed the refund_no for it). In
+// order:
 //
-// A refund nobody issued, or a different amount, is refused and stores nothing. A refund that
-// already ended this way is a duplicate; one that ended the other way (FAILED, then SUCCESS)
-// keeps its status — a terminal status never moves silently — and the channel's word is kept
-// on the row (channel_status) and as an anomaly refund_status_conflict, for an operator.
+//  1. a status that is not final changes nothing (Ignored);
+//  2. the refund, a plain read: one nobody issued, a different amount or another refund_no is
+//     refused and stores nothing (the amount kept as an anomaly);
+//  3. a refund that has already ended is answered from its state (ended): a duplicate when it
+//     ended this way; the other way (FAILED, then SUCCESS) keeps its status — a terminal
+//     status never moves silently — and the channel's word is kept on the row
+//     (channel_status) and as an anomaly refund_status_conflict, for an operator;
+//  4. otherwise one batch: the new row — the event refund.succeeded or refund.failed — then
+//     the dedup record, then the contended row: the refund's conditional move. A refund that
+//     moved since step 2 fails it, and the guard runs it all again (idempotent.ErrStale);
+//  5. when the SUCCEEDED refunds of an order (not the anomalies') reach its amount, the
+//     order's move PAID → REFUNDED with its stock returned, after the record.
 func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
-	o, err := s.apply(ctx, tx, r)
-	if err != nil {
-		return 0, err
-	}
-	return o, record(o)
-}
-
-// apply is the change of Apply, which records its outcome after it.
-func (s *Reports) apply(ctx context.Context, tx *gorm.DB, r notify.Report) (notify.Outcome, error) {
 	to, final := target(r.Status)
 	if !final {
-		return notify.Ignored, nil
+		return notify.Ignored, record(notify.Ignored)
 	}
 	var rf Refund
 	err := tx.WithContext(ctx).Where("out_refund_no = ? AND channel = ?", r.OutNo, r.Channel).Take(&rf).Error
@@ -69,29 +68,38 @@ func (s *Reports) apply(ctx context.Context, tx *gorm.DB, r notify.Report) (noti
 		detail := fmt.Sprintf("refund %s is the channel's %s; this report names it %s", rf.OutRefundNo, *rf.RefundNo, r.Number)
 		return 0, notify.Refuse(notify.ErrTradeConflict.Withf("%s", detail), s.kept(anomaly.TradeConflict, rf, r, detail))
 	}
-	completes := to == Succeeded && rf.AnomalyID == nil && rf.OrderID != nil
-	moved, err := transition(ctx, tx, rf.ID, to, map[string]any{"refund_no": r.Number, "channel_status": r.Status})
-	if err == nil && moved {
-		err = announce(ctx, tx, s.events, endedAs(rf, to, r))
+	if !slices.Contains(From(to), rf.Status) {
+		return s.ended(ctx, tx, rf, to, r, record)
 	}
-	switch {
-	case err != nil:
+
+	ended := endedAs(rf, to, r)
+	ev, err := s.events.NewEvent(ctx, eventOf(ended), ViewOf(ended))
+	if err != nil {
 		return 0, err
-	case moved && completes:
-		// Two partial refunds of one order that succeed at the same moment must not each
-		// count only themselves and leave the order PAID (write skew, found by the chaos
-		// run, on one server and again on Galera): once its refund moved, each report locks
-		// the order's row — a write, which Galera certifies across the nodes — so the two
-		// take turns, and completeOrder's sum is a current read that sees the other's commit.
-		// A duplicate report moves nothing and leaves the order untouched.
-		if err := s.lockOrder(ctx, tx, *rf.OrderID); err != nil {
-			return 0, err
-		}
-		return notify.Applied, s.completeOrder(ctx, tx, *rf.OrderID)
-	case moved:
+	}
+	b := database.Hold(tx)
+	b.Insert(ctx, ev)
+	if err := record(notify.Applied); err != nil {
+		return 0, err
+	}
+	b.UpdateRows(ctx, fmt.Errorf("refund %d: %w", rf.ID, idempotent.ErrStale), &Refund{},
+		map[string]any{"status": to, "refund_no": r.Number, "channel_status": r.Status, "updated_at": ended.UpdatedAt},
+		"id = ? AND status IN ?", rf.ID, From(to))
+	if err := b.Send(ctx); err != nil {
+		return 0, err
+	}
+	if to != Succeeded || rf.AnomalyID != nil || rf.OrderID == nil {
 		return notify.Applied, nil
 	}
-	return s.ended(ctx, tx, rf.ID, to, r)
+	// Two partial refunds of one order that succeed at the same moment must not each count
+	// only themselves and leave the order PAID (write skew, found by the chaos run, on one
+	// server and again on Galera): once its refund moved, each report locks the order's row —
+	// a write, which Galera certifies across the nodes — so the two take turns, and
+	// completeOrder's sum is a current read that sees the other's commit.
+	if err := s.lockOrder(ctx, tx, *rf.OrderID); err != nil {
+		return 0, err
+	}
+	return notify.Applied, s.completeOrder(ctx, tx, *rf.OrderID)
 }
 
 // endedAs is rf as its move to `to` on report r left it.
@@ -101,33 +109,37 @@ func endedAs(rf Refund, to Status, r notify.Report) Refund {
 	return rf
 }
 
-// announce writes the event of rf's end — refund.succeeded or refund.failed, the refund as it
-// ended — in tx, the transaction of the move (I17).
-func announce(ctx context.Context, tx *gorm.DB, events *outbox.Writer, rf Refund) error {
-	typ := outbox.RefundFailed
+// eventOf is the type of the event of rf's end: refund.succeeded or refund.failed.
+func eventOf(rf Refund) string {
 	if rf.Status == Succeeded {
-		typ = outbox.RefundSucceeded
+		return outbox.RefundSucceeded
 	}
-	return events.Announce(ctx, tx, typ, ViewOf(rf))
+	return outbox.RefundFailed
 }
 
-// ended answers a report about refund id, which had already ended: a duplicate when it ended
-// the way r says, a refund_status_conflict when the other way.
-func (s *Reports) ended(ctx context.Context, tx *gorm.DB, id int64, to Status, r notify.Report) (notify.Outcome, error) {
-	var rf Refund
-	if err := database.ForUpdate(tx.WithContext(ctx)).Where("id = ?", id).Take(&rf).Error; err != nil {
-		return 0, err
-	}
+// announce writes the event of rf's end, the refund as it ended, in tx: the transaction of
+// the move (I17).
+func announce(ctx context.Context, tx *gorm.DB, events *outbox.Writer, rf Refund) error {
+	return events.Announce(ctx, tx, eventOf(rf), ViewOf(rf))
+}
+
+// ended answers a report about refund rf, which had already ended (a terminal status, read
+// plainly, does not move): a duplicate when it ended the way r says; the other way, a
+// refund_status_conflict — the anomaly, a new row, then the dedup record, then the channel's
+// word kept on the refund's row.
+func (s *Reports) ended(ctx context.Context, tx *gorm.DB, rf Refund, to Status, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
 	if rf.Status == to {
-		return notify.Duplicate, nil
+		return notify.Duplicate, record(notify.Duplicate)
 	}
 	detail := fmt.Sprintf("refund %d is %s; the channel now reports %s (%s %s): check the money at the channel", rf.ID, rf.Status, r.Status, r.Channel, r.Number)
-	err := tx.WithContext(ctx).Model(&Refund{}).Where("id = ? AND (channel_status IS NULL OR channel_status <> ?)", rf.ID, r.Status).
-		Updates(map[string]any{"channel_status": r.Status, "updated_at": clock.Now()}).Error
-	if err != nil {
+	b := database.Hold(tx)
+	b.InsertOrSkip(ctx, s.anomalies.Row(ctx, *s.kept(anomaly.RefundStatusConflict, rf, r, detail)))
+	if err := record(notify.Kept); err != nil {
 		return 0, err
 	}
-	return notify.Kept, s.anomalies.Record(ctx, tx, *s.kept(anomaly.RefundStatusConflict, rf, r, detail))
+	b.Exec(ctx, "UPDATE refunds SET channel_status = ?, updated_at = ? WHERE id = ? AND (channel_status IS NULL OR channel_status <> ?)",
+		r.Status, clock.Now(), rf.ID, r.Status)
+	return notify.Kept, b.Send(ctx)
 }
 
 // kept is the anomaly of kind that keeps r, a report about refund rf.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // Batch is a planned write: the statements of one use case, held in the order the use case
@@ -55,8 +56,18 @@ func (b *Batch) Dialect() Dialect { return DialectOf(b.tx) }
 
 // Insert adds the INSERTs of values, each a row or a slice of rows of any table.
 func (b *Batch) Insert(ctx context.Context, values ...any) {
+	b.insert(ctx, b.tx.Session(&gorm.Session{DryRun: true, NewDB: true}), values)
+}
+
+// InsertOrSkip adds the INSERTs of values that a row already holding one of their unique keys
+// turns into no-ops (ON DUPLICATE KEY on MySQL, ON CONFLICT DO NOTHING on SQLite).
+func (b *Batch) InsertOrSkip(ctx context.Context, values ...any) {
+	b.insert(ctx, b.tx.Session(&gorm.Session{DryRun: true, NewDB: true}).Clauses(clause.OnConflict{DoNothing: true}), values)
+}
+
+func (b *Batch) insert(ctx context.Context, dry *gorm.DB, values []any) {
 	for _, v := range values {
-		stmt := b.tx.Session(&gorm.Session{DryRun: true, NewDB: true}).Create(v).Statement
+		stmt := dry.Session(&gorm.Session{}).Create(v).Statement
 		if stmt.Error != nil {
 			b.fail(stmt.Error)
 			continue
@@ -95,6 +106,18 @@ func (b *Batch) Update(ctx context.Context, refusal error, query string, vars ..
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		b.fail(errors.Join(refusal, err))
 	}
+}
+
+// UpdateRows adds the conditional UPDATE of cols on model's table where where holds, built by
+// gorm as Model(model).Where(where, args...).Updates(cols) would build it: as Update, it must
+// change a row, or Send returns refusal.
+func (b *Batch) UpdateRows(ctx context.Context, refusal error, model any, cols map[string]any, where string, args ...any) {
+	stmt := b.tx.Session(&gorm.Session{DryRun: true, NewDB: true}).Model(model).Where(where, args...).Updates(cols).Statement
+	if stmt.Error != nil {
+		b.fail(stmt.Error)
+		return
+	}
+	b.Update(ctx, refusal, stmt.SQL.String(), stmt.Vars...)
 }
 
 func (b *Batch) fail(err error) {
