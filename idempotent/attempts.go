@@ -69,6 +69,9 @@ type queuedAttempt struct {
 // maxQueuedAttempts bounds the memory the log takes while Redis does not keep up.
 const maxQueuedAttempts = 8192
 
+// attemptLogGather is how long a queued attempt waits for others before it is sent.
+const attemptLogGather = 5 * time.Millisecond
+
 func (l *attemptLog) add(k Key, a *attempt) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -83,8 +86,10 @@ func (l *attemptLog) add(k Key, a *attempt) {
 	}
 }
 
-// drain sends the queue until it finds it empty.
+// drain sends the queue until it finds it empty. It lets the queue gather for a moment
+// first: a storm's copies then share a pipeline instead of sending one each.
 func (l *attemptLog) drain() {
+	time.Sleep(attemptLogGather)
 	for {
 		l.mu.Lock()
 		batch := l.queue
