@@ -393,12 +393,7 @@ func (s *Service) emit(ctx context.Context, tx *gorm.DB, o Order, typ string) er
 // event returns the two rows of o's event typ, not written: the order.events message and the
 // merchant's event, whose data is the order as it is now (ViewOf).
 func (s *Service) event(ctx context.Context, o Order, typ string) (*outbox.Message, *outbox.Event, error) {
-	msg, err := s.events.Event(ctx, kafka.TopicOrderEvents, ids.Format(o.ID), eventOf(o, typ))
-	if err != nil {
-		return nil, nil, err
-	}
-	ev, err := s.events.Notice(ctx, msg.ID, typ, ViewOf(o))
-	return msg, ev, err
+	return s.events.Rows(ctx, kafka.TopicOrderEvents, ids.Format(o.ID), eventOf(o, typ), typ, ViewOf(o))
 }
 
 // eventOf builds the order.events value of o for the outbox.

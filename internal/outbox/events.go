@@ -1,16 +1,8 @@
 package outbox
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"time"
-
-	"gorm.io/gorm"
-
-	"github.com/oncepay/oncepay/internal/platform/clock"
-	"github.com/oncepay/oncepay/internal/platform/ids"
-	"github.com/oncepay/oncepay/internal/platform/requestid"
 )
 
 // The event types a merchant hears of (docs/contract.md, webhooks). More may come; a receiver
@@ -54,39 +46,4 @@ type Envelope struct {
 	Type      string          `json:"type"`
 	CreatedAt string          `json:"created_at"`
 	Data      json.RawMessage `json:"data"`
-}
-
-// Announce writes the event typ about data — the resource as it is after the change — in tx,
-// the transaction of the change.
-func (w *Writer) Announce(ctx context.Context, tx *gorm.DB, typ string, data any) error {
-	ev, err := w.NewEvent(ctx, typ, data)
-	if err != nil {
-		return err
-	}
-	if err := tx.WithContext(ctx).Create(ev).Error; err != nil {
-		return fmt.Errorf("event %s: %w", typ, err)
-	}
-	return nil
-}
-
-// NewEvent returns the events row of typ about data under a new id without writing it, for a
-// planned write that inserts it with its other new rows (database.Batch).
-func (w *Writer) NewEvent(ctx context.Context, typ string, data any) (*Event, error) {
-	return w.Notice(ctx, w.ids.Next(), typ, data)
-}
-
-// Notice returns the events row of typ about data under id without writing it, for a caller
-// that inserts it with its other new rows in one round trip, or that gives the event the id of
-// the change's order.events message so that both name one fact by one id.
-func (w *Writer) Notice(ctx context.Context, id int64, typ string, data any) (*Event, error) {
-	raw, err := json.Marshal(data)
-	if err != nil {
-		return nil, fmt.Errorf("event %s: %w", typ, err)
-	}
-	now := clock.Now().Truncate(time.Microsecond)
-	payload, err := json.Marshal(Envelope{EventID: ids.Format(id), Type: typ, CreatedAt: now.Format(time.RFC3339Nano), Data: raw})
-	if err != nil {
-		return nil, err
-	}
-	return &Event{ID: id, Type: typ, Payload: payload, RequestID: requestid.From(ctx), CreatedAt: now}, nil
 }
