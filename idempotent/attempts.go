@@ -73,6 +73,9 @@ const maxQueuedAttempts = 8192
 const attemptLogGather = 5 * time.Millisecond
 
 func (l *attemptLog) add(k Key, a *attempt) {
+	if l.g.rdb == nil {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.queue) >= maxQueuedAttempts {
@@ -140,6 +143,9 @@ func (l *attemptLog) send(batch []queuedAttempt) {
 // Redis was reachable, for as long as the replay cache keeps the key (at most the last 64 or
 // so). Attempts answered while Redis was down are only in the logs.
 func (g *Guard) Attempts(ctx context.Context, k Key) ([]Attempt, error) {
+	if g.rdb == nil {
+		return nil, nil
+	}
 	g.log.flush()
 	msgs, err := g.rdb.XRange(ctx, g.logKey(k), "-", "+").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {

@@ -57,8 +57,14 @@ const evictRecordSQL = "DELETE FROM idempotency_records WHERE id = ? AND status 
 // whose lock another attempt holds, answers ErrKeyInUse; no record answers ErrRecordNotFound.
 //
 // Evict holds the key's lock while it works, so that no attempt refills the replay cache from
-// the record it is deleting. It needs Redis for that, and fails without it.
+// the record it is deleting. It needs Redis for that, and fails while Redis is down; a guard on
+// the database alone (New with a nil client) has no cache and deletes the record only.
 func (g *Guard) Evict(ctx context.Context, k Key) (Record, error) {
+	if g.rdb == nil {
+		// No cache to refill: the record is all there is, and its conditional DELETE (a stored
+		// 4xx only) is the whole eviction.
+		return g.evictRecord(ctx, k)
+	}
 	owner := randomToken()
 	ok, err := g.rdb.SetNX(ctx, g.leaseKey(k), owner, g.cfg.LockTTL).Result()
 	switch {
@@ -73,23 +79,10 @@ func (g *Guard) Evict(ctx context.Context, k Key) (Record, error) {
 		_ = releaseScript.Run(bg, g.rdb, []string{g.cacheKey(k), g.leaseKey(k)}, owner, "", 0).Err()
 	}()
 
-	rec, found, err := loadRecord(ctx, g.db, k)
-	if err != nil {
-		return Record{}, err
-	}
-	if found {
-		res := g.db.WithContext(ctx).Exec(evictRecordSQL, rec.ID, StatusCompleted)
-		switch {
-		case res.Error != nil:
-			return Record{}, res.Error
-		case res.RowsAffected == 1:
-		case rec.Status != StatusCompleted:
-			return rec, ErrKeyInUse
-		case rec.ResponseStatus < 400 || rec.ResponseStatus >= 500:
-			return rec, ErrEffectCommitted
-		default:
-			found = false // purged between the read and the delete
-		}
+	rec, err := g.evictRecord(ctx, k)
+	found := err == nil
+	if err != nil && !errors.Is(err, ErrRecordNotFound) {
+		return rec, err
 	}
 	// Without a record, the cache entry and marker are dropped too: they are what is left of
 	// an eviction whose Redis step failed, and a retry of it must finish the job.
@@ -119,4 +112,31 @@ func (g *Guard) LookupBizKey(ctx context.Context, bizType, bizKey string, limit 
 		Where("biz_type = ? AND biz_key = ?", bizType, bizKey).
 		Order("created_at, id").Limit(limit).Find(&recs).Error
 	return recs, err
+}
+
+// evictRecord deletes the committed 4xx record of k: ErrKeyInUse for a record still being
+// written, ErrEffectCommitted for a stored success, ErrRecordNotFound for none.
+func (g *Guard) evictRecord(ctx context.Context, k Key) (Record, error) {
+	rec, found, err := loadRecord(ctx, g.db, k)
+	if err != nil {
+		return Record{}, err
+	}
+	if found {
+		res := g.db.WithContext(ctx).Exec(evictRecordSQL, rec.ID, StatusCompleted)
+		switch {
+		case res.Error != nil:
+			return Record{}, res.Error
+		case res.RowsAffected == 1:
+		case rec.Status != StatusCompleted:
+			return rec, ErrKeyInUse
+		case rec.ResponseStatus < 400 || rec.ResponseStatus >= 500:
+			return rec, ErrEffectCommitted
+		default:
+			return Record{}, ErrRecordNotFound // purged between the read and the delete
+		}
+	}
+	if !found {
+		return Record{}, ErrRecordNotFound
+	}
+	return rec, nil
 }

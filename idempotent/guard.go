@@ -174,18 +174,44 @@ type Guard struct {
 
 // New returns a guard whose dedup records live in db (table idempotency_records, see
 // Record) and whose token, lock and cache layers live in rdb.
+//
+// rdb may be nil: the guard then runs on the database alone. The dedup record's unique key is
+// the fence, as it is while Redis is down, but nothing is degraded, since nothing is missing:
+// a copy asks the record first, a copy in flight waits on the record's row until the first
+// commits and is then replayed, and there is no replay cache, no attempt log and no one-time
+// token (a tok_ key is answered ErrUnavailable). A request with work outside the transaction
+// before it (Before: a call a replay must never repeat) needs the lease and is refused with
+// ErrUnavailable; RunLocked runs its job on the job's own preconditions; Message has no
+// marker; Evict and Purge work on the records alone.
 func New(db *gorm.DB, rdb redis.UniversalClient, cfg Config) *Guard {
 	g := &Guard{
 		db:        db,
 		insertSQL: insertSQL(db.Dialector.Name()),
-		rdb:       rdb,
-		rs:        redsync.New(goredis.NewPool(rdb)),
 		cfg:       cfg.withDefaults(),
 		metrics:   newMetrics(cfg.Registerer),
+	}
+	if !isNilClient(rdb) {
+		g.rdb, g.rs = rdb, redsync.New(goredis.NewPool(rdb))
 	}
 	g.log = &attemptLog{g: g}
 	return g
 }
+
+// isNilClient reports whether rdb is nil, or a nil client of go-redis's own types.
+func isNilClient(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
+}
+
 
 // Request is one attempt at a write.
 type Request struct {
@@ -279,6 +305,9 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	}()
 
 	// Layer 1, token (I7): a tok_ key must be a live token of this scope.
+	if IsToken(req.Key.BizKey) && g.rdb == nil {
+		return Result{Outcome: Unavailable, Layer: LayerToken}, &Error{Code: ErrUnavailable.Code, Detail: "one-time tokens live in Redis, and this service runs its idempotency on the database alone"}
+	}
 	if IsToken(req.Key.BizKey) {
 		res, err, done := g.checkToken(ctx, req)
 		if done {
@@ -309,6 +338,9 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	}
 	if req.Before != nil && l == nil && !g.cfg.Lab.NoLock {
 		err := &Error{Code: ErrUnavailable.Code, Detail: "the request's work outside the transaction must run under its idempotency lease, and redis is unavailable"}
+		if g.rdb == nil {
+			err.Detail = "the request's work outside the transaction must run under its idempotency lease, which needs Redis"
+		}
 		g.finish(ctx, req, l, Result{}, err, start, cerr == nil)
 		return Result{Outcome: Unavailable, Layer: LayerLock}, err
 	}
@@ -316,7 +348,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	// With no replay cache to ask (turned off, or Redis down), a duplicate would run the
 	// work only to have its record refused at the end: ask the record first. So does a
 	// request with work outside the transaction, which a replay must never repeat.
-	noCache := (g.cfg.Lab.NoCache || cerr != nil) && !g.cfg.Lab.RecordFirst
+	noCache := (g.cfg.Lab.NoCache || cerr != nil || g.rdb == nil) && !g.cfg.Lab.RecordFirst
 	if noCache || req.Before != nil {
 		if res, found, err := g.fromRecord(ctx, req); found || err != nil {
 			g.finish(ctx, req, l, res, err, start, cerr == nil)
@@ -376,7 +408,7 @@ func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, e
 	switch {
 	case l != nil:
 		l.release(bg, fill)
-	case !redisUp || (g.cfg.Lab.NoLock && g.cfg.Lab.NoCache):
+	case !redisUp || g.rdb == nil || (g.cfg.Lab.NoLock && g.cfg.Lab.NoCache):
 		return
 	case fill != nil:
 		g.cachePut(bg, req.Key, fill)

@@ -31,6 +31,9 @@ return 0
 // deterministic refusal); on any other error it must not, so that the message is redelivered.
 // A work outcome that is not stored (see storable) is such an error.
 func (g *Guard) Message(ctx context.Context, req Request, work Work) (Result, error) {
+	if g.rdb == nil {
+		return g.messageWithoutMarker(ctx, req, work)
+	}
 	marker := g.markerKey(req.Key)
 	owner := fmt.Sprintf("processing:%.16s:%s", req.Fingerprint, randomSuffix())
 	set, err := g.rdb.SetNX(ctx, marker, owner, g.cfg.LockTTL).Result()
@@ -63,6 +66,15 @@ func (g *Guard) Message(ctx context.Context, req Request, work Work) (Result, er
 		_ = g.rdb.Set(bg, marker, "done", g.cfg.MessageTTL).Err()
 	} else if set {
 		_ = releaseMarkerScript.Run(bg, g.rdb, []string{marker}, owner).Err()
+	}
+	return res, err
+}
+
+// messageWithoutMarker is Message on a guard without Redis: the dedup record alone.
+func (g *Guard) messageWithoutMarker(ctx context.Context, req Request, work Work) (Result, error) {
+	res, err := g.Do(ctx, req, work)
+	if err == nil && !storable(res.Response.Status) {
+		err = fmt.Errorf("the work answered %d: nothing stored, redeliver", res.Response.Status)
 	}
 	return res, err
 }

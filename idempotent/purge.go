@@ -82,6 +82,9 @@ func (g *Guard) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 // is refused with CROSSSLOT. The pipeline is one round trip on a single server and one per
 // node on a cluster, where go-redis sends each node its share.
 func (g *Guard) forget(ctx context.Context, recs []Record) error {
+	if g.rdb == nil {
+		return nil
+	}
 	pipe := g.rdb.Pipeline()
 	for _, rec := range recs {
 		k := Key{Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey}

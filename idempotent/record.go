@@ -197,8 +197,12 @@ func (g *Guard) Lookup(ctx context.Context, k Key) (Record, bool, error) {
 
 // InFlight reports whether an attempt at k holds its lease right now, and for how much longer
 // the lease runs unless renewed: a key with no committed record yet (the record is written
-// with the work's commit) is in progress then, not unknown. Redis unreachable is an error.
+// with the work's commit) is in progress then, not unknown. Redis unreachable is an error; a
+// guard on the database alone has no lease and answers false.
 func (g *Guard) InFlight(ctx context.Context, k Key) (bool, time.Duration, error) {
+	if g.rdb == nil {
+		return false, 0, nil // no lease to ask: a copy in flight is an uncommitted row
+	}
 	ttl, err := g.rdb.PTTL(ctx, g.leaseKey(k)).Result()
 	if err != nil {
 		return false, 0, err

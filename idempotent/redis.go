@@ -134,7 +134,7 @@ return 0
 // the lock layer is off), or errLockBusy.
 func (g *Guard) claim(ctx context.Context, req Request) (*lease, *cached, error) {
 	k := req.Key
-	if g.cfg.Lab.NoLock && g.cfg.Lab.NoCache {
+	if g.rdb == nil || (g.cfg.Lab.NoLock && g.cfg.Lab.NoCache) {
 		return nil, nil, nil
 	}
 	if g.cfg.Lab.RedsyncLock {
@@ -186,6 +186,9 @@ func (g *Guard) claimRedsync(ctx context.Context, k Key) (*lease, *cached, error
 
 // cachePut stores a committed outcome for CacheTTL; failures are only counted, never fatal.
 func (g *Guard) cachePut(ctx context.Context, k Key, c *cached) {
+	if g.rdb == nil {
+		return
+	}
 	if err := g.rdb.Set(ctx, g.cacheKey(k), c.encode(), g.cfg.CacheTTL).Err(); err != nil {
 		g.metrics.redisErrors.WithLabelValues(string(LayerCache)).Inc()
 	}

@@ -24,29 +24,36 @@ const stormSize = 200
 // PROCESSING before it with RecordFirst), with the one-script lease or a redsync mutex.
 // Every copy is answered Executed/Replayed with the first body or InProgress; 200 sequential
 // copies afterwards are all replayed with that body. With Redis unreachable in degrade mode
-// the Redis layers step aside and the dedup record alone keeps it exactly-once.
+// the Redis layers step aside and the dedup record alone keeps it exactly-once; so it does on a
+// guard built without a Redis client (database only), with no layer degraded.
 func TestStorm(t *testing.T) {
 	modes := []struct {
 		name       string
 		cfg        idempotent.Config
 		redisDown  bool
 		replayFrom idempotent.Layer // the layer that answers the sequential copies
+		noRedis    bool             // the guard is built with a nil client: the database alone
 	}{
-		{"lock on", idempotent.Config{}, false, idempotent.LayerCache},
-		{"lock on, record first", idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}}, false, idempotent.LayerCache},
-		{"redsync lock", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}}, false, idempotent.LayerCache},
-		{"redsync lock, record first", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true, RecordFirst: true}}, false, idempotent.LayerCache},
-		{"no lock", idempotent.Config{Lab: idempotent.Lab{NoLock: true}}, false, idempotent.LayerCache},
-		{"no lock, record first", idempotent.Config{Lab: idempotent.Lab{NoLock: true, RecordFirst: true}}, false, idempotent.LayerCache},
-		{"redis down degrade", idempotent.Config{}, true, idempotent.LayerDedup},
-		{"redis down degrade, record first", idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}}, true, idempotent.LayerDedup},
+		{"lock on", idempotent.Config{}, false, idempotent.LayerCache, false},
+		{"lock on, record first", idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}}, false, idempotent.LayerCache, false},
+		{"redsync lock", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}}, false, idempotent.LayerCache, false},
+		{"redsync lock, record first", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true, RecordFirst: true}}, false, idempotent.LayerCache, false},
+		{"no lock", idempotent.Config{Lab: idempotent.Lab{NoLock: true}}, false, idempotent.LayerCache, false},
+		{"no lock, record first", idempotent.Config{Lab: idempotent.Lab{NoLock: true, RecordFirst: true}}, false, idempotent.LayerCache, false},
+		{"redis down degrade", idempotent.Config{}, true, idempotent.LayerDedup, false},
+		{"redis down degrade, record first", idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}}, true, idempotent.LayerDedup, false},
+		{"database only", idempotent.Config{}, true, idempotent.LayerDedup, true},
+		{"database only, record first", idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}}, true, idempotent.LayerDedup, true},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			var rdb redis.UniversalClient = e.rdb
-			if m.redisDown {
+			switch {
+			case m.noRedis:
+				rdb = nil
+			case m.redisDown:
 				rdb = idemtest.Unreachable(t)
 			}
 			g := e.guardWith(rdb, m.cfg)
@@ -64,6 +71,11 @@ func TestStorm(t *testing.T) {
 				t.Fatalf("side_effects rows = %d after %d concurrent copies, want exactly 1", n, stormSize)
 			}
 			body := checkStormAnswers(t, calls)
+			for i, c := range calls {
+				if m.noRedis && len(c.res.Degraded) > 0 {
+					t.Fatalf("copy %d says the layers %v were degraded, on a guard built without Redis", i, c.res.Degraded)
+				}
+			}
 			if n := countRecords(t, e.db, key); n != 1 {
 				t.Errorf("idempotency_records rows = %d, want 1", n)
 			}

@@ -62,6 +62,9 @@ func (g *Guard) IssueToken(ctx context.Context, scope string) (token string, exp
 		return "", time.Time{}, err
 	}
 	token = tokenPrefix + hex.EncodeToString(b[:])
+	if g.rdb == nil {
+		return "", time.Time{}, &Error{Code: ErrUnavailable.Code, Detail: "one-time tokens live in Redis, and this guard has none"}
+	}
 	exp, err := issueScript.Run(ctx, g.rdb, []string{g.tokenKey(token)}, scope, g.cfg.TokenTTL.Milliseconds()).Int64()
 	if err != nil {
 		return "", time.Time{}, err
