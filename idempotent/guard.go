@@ -212,7 +212,6 @@ func isNilClient(rdb redis.UniversalClient) bool {
 	return false
 }
 
-
 // Request is one attempt at a write.
 type Request struct {
 	// Key names the write.
