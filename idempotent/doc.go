@@ -2,21 +2,30 @@
 // (client retry, gateway retry, Kafka redelivery, late job). It knows nothing of orders,
 // payments or HTTP, and imports no other package of oncepay: a caller names the write with a
 // Key, describes the request with a fingerprint, and hands in the business work, which
-// receives the transaction as its argument. The whole use:
+// receives the transaction as its argument. The whole use, as ExampleGuard_Do runs it (the
+// examples are this documentation's code, compiled and run by go test on SQLite):
 //
-//	guard := idempotent.New(db, rdb, idempotent.Config{Classify: classifyMySQLErrors})
+//	guard := idempotent.New(db, rdb, idempotent.Config{Classify: sqliteerr.Classify}) // mysqlerr, pgerr
 //
 //	req := idempotent.Request{
-//		Key:         idempotent.Key{Scope: "user:42", BizType: "order.create", BizKey: key},
-//		Fingerprint: idempotent.Fingerprint("POST", "/v1/orders", body),
+//		Key:         idempotent.Key{Scope: "user:42", BizType: "note.create", BizKey: key},
+//		Fingerprint: idempotent.Fingerprint("POST", "/notes", body),
 //	}
-//	res, err := guard.Do(ctx, req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-//		if err := createOrder(ctx, tx, order); err != nil { // hot rows last, on tx only
+//	res, err := guard.Do(ctx, req, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+//		if err := tx.Create(&note{Body: string(body)}).Error; err != nil { // on tx only
 //			return idempotent.Response{}, err
 //		}
-//		return idempotent.Response{Status: 201, Body: orderJSON}, nil
-//	})
+//		return idempotent.Response{Status: http.StatusCreated}, nil
+//	}))
 //	// res.Outcome: executed, replayed, in_progress (err ErrKeyInUse), mismatch (ErrKeyReused) …
+//
+// db is a *gorm.DB of gorm.io/driver/mysql (MySQL, MariaDB), gorm.io/driver/postgres or
+// github.com/glebarez/sqlite, holding the table CreateSchema creates (or Schema in the
+// service's migrations); rdb is a github.com/redis/go-redis/v9 client (redis.UniversalClient:
+// a plain client or a cluster client). Respond wraps a work that answers at the end; a work
+// with contended rows places its record itself (Work). The net/http side is
+// idempotent/httpkey (Example_handler), a consumer calls Guard.Message (ExampleGuard_Message),
+// and a form's one-time token comes from Guard.IssueToken (ExampleGuard_IssueToken).
 //
 // Work that must happen outside the transaction — a call to another system, such as closing
 // a trade at a payment channel before a cancel — goes in Request.Before: it runs after the key
