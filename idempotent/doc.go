@@ -32,7 +32,9 @@
 // is claimed, under its lease, and never for a refused request or a replay (I12: a side
 // effect before the key). A follow-up that needs the committed row goes in Request.After.
 //
-// The table it needs, idempotency_records, is Schema (one definition per dialect).
+// The table it needs, idempotency_records, is Schema (one definition per dialect). The guard
+// reads the record's times whatever the MySQL DSN's parseTime says (TestMySQLWithoutParseTime);
+// it writes them in UTC, which is go-sql-driver's default loc.
 //
 // Four layers, cheapest first. The first three live in Redis and only save work; the fourth
 // lives in the caller's database transaction and is the one that guarantees exactly-once.
