@@ -72,6 +72,8 @@
 //	                                                         (an anomaly recorded for refund)
 //	an error Reject renders as 4xx    yes, alone, after the  deterministic: out_of_stock,
 //	(out_of_stock, illegal_state …)   rollback               illegal_state answer the same again
+//	an error marked Conflict(err)     yes, alone, as a 409   deterministic: the work's own unique
+//	(Reject declined it)              problem document       key or precondition refused it
 //	401, 403, 408, 429                no                     about the caller or the moment
 //	5xx, any other error, a panic,    no (rolled back)       nothing happened; a retry runs again
 //	a cancelled context

@@ -260,3 +260,49 @@ func ExampleGuard_IssueToken() {
 	// token_invalid 0 idempotency_token_invalid: the tok_ key is not a live token issued to this user; get one from the service's token endpoint
 	// token_invalid 0 idempotency_token_invalid: the tok_ key is not a live token issued to this user; get one from the service's token endpoint
 }
+
+// claim is a coupon claimed: one per user per campaign, held by the unique index of the
+// business's own table.
+type claim struct {
+	User     string `gorm:"uniqueIndex:one_per_campaign"`
+	Campaign string `gorm:"uniqueIndex:one_per_campaign"`
+}
+
+// errAlreadyClaimed is the business's refusal, with the code a client sees.
+var errAlreadyClaimed = &idempotent.Error{Code: "coupon_already_claimed", Detail: "this user has claimed this campaign's coupon"}
+
+// ExampleConflict stores a refusal of the business's own unique key: a second key claiming
+// the same coupon is answered 409, and that 409 is stored and replayed like any answer.
+func ExampleConflict() {
+	db, _, rdb, closeAll := stores()
+	defer closeAll()
+	if err := db.AutoMigrate(&claim{}); err != nil {
+		log.Fatal(err)
+	}
+	guard := idempotent.New(db, rdb, idempotent.Config{Classify: sqliteerr.Classify})
+	ctx := context.Background()
+
+	claimCoupon := func(key string) {
+		req := idempotent.Request{
+			Key:         idempotent.Key{Scope: "user:42", BizType: "coupon.claim", BizKey: key},
+			Fingerprint: idempotent.Fingerprint("POST", "/campaigns/spring/claims", nil),
+		}
+		res, err := guard.Do(ctx, req, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+			if err := tx.Create(&claim{User: "42", Campaign: "spring"}).Error; err != nil {
+				if sqliteerr.Classify(err) == idempotent.ErrorDuplicateKey { // mysqlerr, pgerr
+					return idempotent.Response{}, idempotent.Conflict(errors.Join(errAlreadyClaimed, err))
+				}
+				return idempotent.Response{}, err
+			}
+			return idempotent.Response{Status: http.StatusCreated}, nil
+		}))
+		fmt.Println(key, res.Outcome, res.Response.Status, strings.TrimSpace(string(res.Response.Body)), err)
+	}
+	claimCoupon("k-1") // claims the coupon
+	claimCoupon("k-2") // another key, the same coupon: a stored 409
+	claimCoupon("k-2") // its retry: the same 409, replayed
+	// Output:
+	// k-1 executed 201  <nil>
+	// k-2 executed 409 {"code":"coupon_already_claimed","detail":"this user has claimed this campaign's coupon","status":409} <nil>
+	// k-2 replayed 409 {"code":"coupon_already_claimed","detail":"this user has claimed this campaign's coupon","status":409} <nil>
+}

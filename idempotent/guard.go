@@ -621,17 +621,19 @@ func (g *Guard) afterRecordFailed(ctx context.Context, req Request, err error, l
 	return Result{}, err
 }
 
-// reject renders a work error as a storable business refusal, if it is one.
+// reject renders a work error as a storable business refusal, if it is one: as Reject
+// renders it, else as the 409 of an error the work marked with Conflict.
 func (g *Guard) reject(ctx context.Context, req Request, err error) (Response, bool) {
 	render := req.Reject
 	if render == nil {
 		render = g.cfg.Reject
 	}
-	if render == nil {
-		return Response{}, false
+	if render != nil {
+		if resp, ok := render(ctx, err); ok && storable(resp.Status) {
+			return resp, true
+		}
 	}
-	resp, ok := render(ctx, err)
-	return resp, ok && storable(resp.Status)
+	return g.conflictResponse(ctx, err)
 }
 
 // storeRejection stores a business refusal alone, after its transaction rolled back: the
