@@ -366,7 +366,7 @@ func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, e
 	var fill *cached
 	if !g.cfg.Lab.NoCache && storable(res.Response.Status) &&
 		(res.Outcome == Executed || (res.Outcome == Replayed && res.Layer == LayerDedup)) {
-		fill = &cached{Fingerprint: req.Fingerprint, Response: res.Response}
+		fill = &cached{Fingerprint: req.Fingerprint, Response: res.Response.replayable()}
 	}
 	a := g.newAttempt(ctx, req, res, err, start)
 	bg := context.WithoutCancel(ctx)

@@ -128,8 +128,9 @@ func (g *Guard) newRecord(ctx context.Context, req Request) *Record {
 	}
 }
 
-// finish puts the outcome on the record.
+// finish puts the outcome on the record, its headers cut to those replayed (replayable).
 func (r *Record) finish(resp Response, now time.Time) {
+	resp = resp.replayable()
 	headers, _ := json.Marshal(resp.Header)
 	r.Status = StatusCompleted
 	r.ResponseStatus = resp.Status
