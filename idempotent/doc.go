@@ -26,6 +26,8 @@
 // with contended rows places its record itself (Work). The net/http side is
 // idempotent/httpkey (Example_handler), a consumer calls Guard.Message (ExampleGuard_Message),
 // and a form's one-time token comes from Guard.IssueToken (ExampleGuard_IssueToken).
+// idempotent/README.md gives the install line, the drivers, the headers and every answer a
+// client may get, in one page.
 //
 // Work that must happen outside the transaction — a call to another system, such as closing
 // a trade at a payment channel before a cancel — goes in Request.Before: it runs after the key

@@ -1,0 +1,58 @@
+package idempotent_test
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	"github.com/oncepay/oncepay/idempotent/idemtest"
+)
+
+// TestREADME holds the kit's README to the code: every line of its Go snippets is a line of
+// the Example functions (which go test runs), and its header table lists exactly the
+// protocol's headers (httpkey.Headers) and the replayed ones (Guard.Policy).
+func TestREADME(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]bool{}
+	for _, l := range strings.Split(string(examples), "\n") {
+		lines[strings.TrimSpace(l)] = true
+	}
+	snippets := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(snippets) < 4 {
+		t.Fatalf("README.md has %d Go snippets, want the table, the handler, the consumer and the conflict", len(snippets))
+	}
+	for _, s := range snippets {
+		for _, l := range strings.Split(s[1], "\n") {
+			if l = strings.TrimSpace(l); l != "" && !lines[l] {
+				t.Errorf("README.md shows a line no Example runs: %s", l)
+			}
+		}
+	}
+
+	table := regexp.MustCompile("(?m)^\\| `([A-Za-z-]+)` \\| (request|response) \\|").FindAllStringSubmatch(string(readme), -1)
+	var listed []string
+	for _, row := range table {
+		listed = append(listed, row[1])
+	}
+	if want := httpkey.Headers(); strings.Join(listed, ",") != strings.Join(want, ",") {
+		t.Errorf("README.md's header table lists %v, want httpkey.Headers() %v", listed, want)
+	}
+	g := idempotent.New(idemtest.DB(t, idemtest.SQLite), idemtest.Redis(t), idempotent.Config{})
+	var replayed []string
+	for _, h := range g.Policy().ReplayedHeaders {
+		replayed = append(replayed, "`"+h+"`")
+	}
+	if want := "(`Guard.Policy().ReplayedHeaders`): " + strings.Join(replayed, ", ") + "."; !strings.Contains(string(readme), want) {
+		t.Errorf("README.md does not say %q", want)
+	}
+}
