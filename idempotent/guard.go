@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/idempotent/internal/labkit"
 )
 
 // Config tunes the layers and plugs the guard into its service. Every field is optional; the
@@ -54,10 +56,6 @@ type Config struct {
 	// reads it: Redis keeps the expiry, on Redis's clock (IssueToken).
 	Now func() time.Time
 
-	// Lab weakens or swaps parts of the guard for the bench that prices each layer and the
-	// training lab that reproduces the incidents they stop. A service leaves it zero.
-	Lab Lab
-
 	// Classify tells the guard what a database error means (see ErrorClass). Default:
 	// Classify, which recognises the record's duplicate key on every dialect; mysqlerr,
 	// sqliteerr and pgerr classify deadlocks and lock timeouts too.
@@ -73,6 +71,10 @@ type Config struct {
 	RequestID func(ctx context.Context) string
 	// Registerer receives the guard's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+
+	// lab weakens or swaps parts of the guard for the bench and the training lab; only
+	// package idemlab sets it (idemlab.With).
+	lab labkit.Switches
 }
 
 // Classify is the default Config.Classify: it knows what gorm knows of every dialect — its
@@ -166,7 +168,7 @@ type Guard struct {
 	insertSQL string
 	rdb       redis.UniversalClient
 	rs        *redsync.Redsync
-	cfg       Config
+	cfg       settings
 	metrics   *metrics
 }
 
@@ -178,7 +180,7 @@ func New(db *gorm.DB, rdb redis.UniversalClient, cfg Config) *Guard {
 		insertSQL: insertSQL(db.Dialector.Name()),
 		rdb:       rdb,
 		rs:        redsync.New(goredis.NewPool(rdb)),
-		cfg:       cfg.withDefaults(),
+		cfg:       newSettings(cfg),
 		metrics:   newMetrics(cfg.Registerer),
 	}
 }
