@@ -12,24 +12,27 @@ import (
 )
 
 // TestREADME holds the kit's README to the code: every line of its Go snippets is a line of
-// the Example functions (which go test runs), and its header table lists exactly the
-// protocol's headers (httpkey.Headers) and the replayed ones (Guard.Policy).
+// the Example functions or of the conformance suite's own run (both run by go test), and its
+// header table lists exactly the protocol's headers (httpkey.Headers) and the replayed ones
+// (Guard.Policy).
 func TestREADME(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	examples, err := os.ReadFile("example_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	lines := map[string]bool{}
-	for _, l := range strings.Split(string(examples), "\n") {
-		lines[strings.TrimSpace(l)] = true
+	for _, src := range []string{"example_test.go", "idemtest/conformance_test.go"} {
+		code, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(code), "\n") {
+			lines[strings.TrimSpace(l)] = true
+		}
 	}
 	snippets := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
-	if len(snippets) < 4 {
-		t.Fatalf("README.md has %d Go snippets, want the table, the handler, the consumer and the conflict", len(snippets))
+	if len(snippets) < 5 {
+		t.Fatalf("README.md has %d Go snippets, want the table, the handler, the consumer, the conflict and the suite", len(snippets))
 	}
 	for _, s := range snippets {
 		for _, l := range strings.Split(s[1], "\n") {
