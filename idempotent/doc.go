@@ -26,8 +26,10 @@
 // with contended rows places its record itself (Work). The net/http side is
 // idempotent/httpkey (Example_handler), a consumer calls Guard.Message (ExampleGuard_Message),
 // and a form's one-time token comes from Guard.IssueToken (ExampleGuard_IssueToken).
-// idempotent/README.md gives the install line, the drivers, the headers and every answer a
-// client may get, in one page.
+// A work whose own unique key or precondition refuses the write marks the error with Conflict
+// (ExampleConflict): a 409 stored and replayed, not a 500. idemtest.Run checks these promises
+// on an adopter's own database and Redis. idempotent/README.md gives the install line, the
+// drivers, the headers and every answer a client may get, in one page.
 //
 // Work that must happen outside the transaction — a call to another system, such as closing
 // a trade at a payment channel before a cancel — goes in Request.Before: it runs after the key

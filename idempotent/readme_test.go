@@ -11,10 +11,10 @@ import (
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
-// TestREADME holds the kit's README to the code: every line of its Go snippets is a line of
-// the Example functions or of the conformance suite's own run (both run by go test), and its
-// header table lists exactly the protocol's headers (httpkey.Headers) and the replayed ones
-// (Guard.Policy).
+// TestREADME holds the kit's README and package doc to the code: every line of the README's
+// Go snippets and of the doc's whole use is a line of the Example functions or of the
+// conformance suite's own run (both run by go test), and the README's header table lists
+// exactly the protocol's headers (httpkey.Headers) and the replayed ones (Guard.Policy).
 func TestREADME(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -39,6 +39,23 @@ func TestREADME(t *testing.T) {
 			if l = strings.TrimSpace(l); l != "" && !lines[l] {
 				t.Errorf("README.md shows a line no Example runs: %s", l)
 			}
+		}
+	}
+
+	// The package doc's whole use is ExampleGuard_Do's, line for line: the doc once showed a
+	// call that did not compile.
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	use := regexp.MustCompile("(?s)The whole use.*?\n//\n((?://\t[^\n]*\n|//\n)+)").FindSubmatch(doc)
+	if use == nil {
+		t.Fatal("doc.go no longer shows the whole use")
+	}
+	for _, l := range strings.Split(string(use[1]), "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(l, "//"))
+		if l != "" && !strings.HasPrefix(l, "//") && !lines[l] {
+			t.Errorf("the package doc shows a line no Example runs: %s", l)
 		}
 	}
 
