@@ -39,6 +39,8 @@ type Stack struct {
 //
 //   - storm: 50 copies of one key at once run the work once; every other copy is replayed
 //     or told the first is in flight;
+//   - storm, redis down: the same with Redis unreachable (degrade mode): the record alone
+//     fences, and every answer says Idempotency-Degraded;
 //   - replay: a copy after the first is answered the same status, headers and body, byte for
 //     byte, from the cache and — Redis down — from the record, with Idempotency-Degraded;
 //   - reused: the key again with another body is 422 idempotency_key_reused;
@@ -55,6 +57,7 @@ func Run(t *testing.T, setup func(t *testing.T) Stack) {
 		run  func(t *testing.T, s suite)
 	}{
 		{"storm", checkStorm},
+		{"storm, redis down", checkStormRedisDown},
 		{"replay", checkReplay},
 		{"reused", checkReused},
 		{"in flight", checkInFlight},
@@ -178,6 +181,38 @@ func checkStorm(t *testing.T, s suite) {
 	}
 	if outcomes["201 executed"] != 1 {
 		t.Errorf("%d copies executed, want 1 (answers %v)", outcomes["201 executed"], outcomes)
+	}
+}
+
+func checkStormRedisDown(t *testing.T, s suite) {
+	h := s.handler(Unreachable(t), s.Config, func() { time.Sleep(20 * time.Millisecond) })
+	key := s.prefix + "storm-down"
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		outcomes = map[string]int{}
+	)
+	for range 20 {
+		wg.Go(func() {
+			w := post(h, key, "storm")
+			mu.Lock()
+			outcomes[fmt.Sprint(w.Code, " ", w.Header().Get(httpkey.HeaderOutcome), " degraded:", w.Header().Get(httpkey.HeaderDegraded) != "")]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if n := s.count(t, key); n != 1 {
+		t.Errorf("20 copies of one key with Redis down made %d effects, want 1 (answers %v)", n, outcomes)
+	}
+	for answer, n := range outcomes {
+		switch answer {
+		case "201 executed degraded:true", "201 replayed degraded:true", "409 in_progress degraded:true":
+		default:
+			t.Errorf("%d copies answered %s; want 201 executed once, then 201 replayed or 409 in_progress, each degraded", n, answer)
+		}
+	}
+	if outcomes["201 executed degraded:true"] != 1 {
+		t.Errorf("%d copies executed, want 1 (answers %v)", outcomes["201 executed degraded:true"], outcomes)
 	}
 }
 
