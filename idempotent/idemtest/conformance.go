@@ -45,6 +45,9 @@ type Stack struct {
 //     byte, from the cache and — Redis down — from the record, with Idempotency-Degraded;
 //   - reused: the key again with another body is 422 idempotency_key_reused;
 //   - in flight: a copy while the first runs is 409 idempotency_key_in_use with Retry-After;
+//   - lease lost: the first copy's lease vanishes while it works (a Redis failover to a
+//     replica that never saw it, I15) and a second copy takes the key: still one effect,
+//     and the second is answered the first's outcome;
 //   - redis down, reject: with Config.RejectWithoutRedis, 503 with Retry-After, nothing run;
 //   - purge: once the records are purged, a redelivery runs the work again and the work's
 //     own unique key refuses it (idempotent.Conflict): a stored 409, and still one effect.
@@ -61,6 +64,7 @@ func Run(t *testing.T, setup func(t *testing.T) Stack) {
 		{"replay", checkReplay},
 		{"reused", checkReused},
 		{"in flight", checkInFlight},
+		{"lease lost", checkLeaseLost},
 		{"redis down, reject", checkReject},
 		{"purge", checkPurge},
 	} {
@@ -276,6 +280,53 @@ func checkInFlight(t *testing.T, s suite) {
 	}
 	if first := <-done; first.Code != http.StatusCreated {
 		t.Errorf("the first copy: %d %s, want 201", first.Code, first.Body)
+	}
+}
+
+func checkLeaseLost(t *testing.T, s suite) {
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	first := true
+	var mu sync.Mutex
+	h := s.handler(s.Redis, s.Config, func() {
+		mu.Lock()
+		holder := first
+		first = false
+		mu.Unlock()
+		if holder {
+			once.Do(func() { close(started) })
+			<-release
+		}
+	})
+	key := s.prefix + "leaselost"
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- post(h, key, "leaselost") }()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the first copy never reached its work")
+	}
+	// The lease's Redis key, as the guard names it (Config.KeyPrefix, then the key's hash
+	// tag): what a failover to a replica that never saw it loses.
+	lease := s.Config.KeyPrefix + "idem:{" + idempotent.Key{BizType: httpkey.BizType, BizKey: key}.String() + "}:lock"
+	if n, err := s.Redis.Del(context.Background(), lease).Result(); err != nil || n != 1 {
+		close(release)
+		t.Fatalf("delete the first copy's lease %s: deleted %d, err %v", lease, n, err)
+	}
+	second := make(chan *httptest.ResponseRecorder)
+	go func() { second <- post(h, key, "leaselost") }()
+	time.Sleep(200 * time.Millisecond) // the second copy takes the key and reaches the database
+	close(release)
+	a, b := <-done, <-second
+	if n := s.count(t, key); n != 1 {
+		t.Errorf("%d effects with two holders of one key, want 1 (answers %d %s, %d %s)", n, a.Code, a.Body, b.Code, b.Body)
+	}
+	if a.Code != http.StatusCreated && a.Code != http.StatusServiceUnavailable {
+		t.Errorf("the first holder: %d %s, want 201, or 503 if its watchdog noticed the lost lease", a.Code, a.Body)
+	}
+	if b.Code != http.StatusCreated || (a.Code == http.StatusCreated && !bytes.Equal(a.Body.Bytes(), b.Body.Bytes())) {
+		t.Errorf("the second holder: %d %s, want 201 with the first's body %s", b.Code, b.Body, a.Body)
 	}
 }
 
