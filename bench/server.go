@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"os"
 
-	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
@@ -44,7 +44,7 @@ type oncepayServer struct {
 }
 
 // oncepayServers are the real servers by name: "guarded", and "unguarded" with the guard
-// switched off (idempotent.Lab.Unguarded).
+// switched off (idemlab.Lab.Unguarded).
 var oncepayServers = map[string]*oncepayServer{}
 
 // startServerOrders sends POST /v1/orders to the real server with a new key every time.
@@ -87,7 +87,7 @@ func (e *env) oncepayURL(ctx context.Context, name string) (string, error) {
 	if !ok {
 		s = &oncepayServer{}
 		oncepayServers[name] = s
-		s.url, s.err = e.startOncepay(ctx, name, idempotent.Lab{Unguarded: name == "unguarded"})
+		s.url, s.err = e.startOncepay(ctx, name, idemlab.Lab{Unguarded: name == "unguarded"})
 	}
 	return s.url, s.err
 }
@@ -97,7 +97,7 @@ func (e *env) oncepayURL(ctx context.Context, name string) (string, error) {
 // like the other variants (the background loops do not run: only the request path is
 // measured), and raises the stock of serverSKU. Everything is undone when the environment
 // closes.
-func (e *env) startOncepay(ctx context.Context, name string, lab idempotent.Lab) (string, error) {
+func (e *env) startOncepay(ctx context.Context, name string, lab idemlab.Lab) (string, error) {
 	cfg, err := e.oncepayConfig(ctx, name)
 	if err != nil {
 		return "", err

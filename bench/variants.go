@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 )
 
 // variant is one HTTP server put under load.
@@ -31,11 +32,11 @@ func allVariants() []variant {
 		{name: "bare", baseline: "bare", start: startBare},
 		guardVariant("guard-all", idempotent.Config{}),
 		guardLastVariant("guard-all-last", idempotent.Config{}),
-		guardLastVariant("guard-dedup-last", idempotent.Config{Lab: idempotent.Lab{NoLock: true, NoCache: true}}),
-		guardVariant("guard-dedup", idempotent.Config{Lab: idempotent.Lab{NoLock: true, NoCache: true}}),
-		guardVariant("guard-lock+dedup", idempotent.Config{Lab: idempotent.Lab{NoCache: true}}),
-		guardVariant("guard-redsync", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}}),
-		guardVariant("guard-recordfirst", idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}}),
+		guardLastVariant("guard-dedup-last", idemlab.With(idempotent.Config{}, idemlab.Lab{NoLock: true, NoCache: true})),
+		guardVariant("guard-dedup", idemlab.With(idempotent.Config{}, idemlab.Lab{NoLock: true, NoCache: true})),
+		guardVariant("guard-lock+dedup", idemlab.With(idempotent.Config{}, idemlab.Lab{NoCache: true})),
+		guardVariant("guard-redsync", idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true})),
+		guardVariant("guard-recordfirst", idemlab.With(idempotent.Config{}, idemlab.Lab{RecordFirst: true})),
 		{name: "fiber-bare", baseline: "fiber-bare", start: startFiberBare},
 		{name: "fiber-idem", baseline: "fiber-bare", start: startFiberIdem},
 		{name: "floor-replay", baseline: "floor-replay", start: startFloorReplay},

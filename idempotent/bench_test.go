@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
@@ -81,19 +82,19 @@ func BenchmarkNewKeyAllLayers(b *testing.B) { benchNewKeys(b, idempotent.Config{
 // BenchmarkNewKeyRecordFirst is BenchmarkNewKeyAllLayers with the record inserted
 // PROCESSING before the work and completed after it: the placement the default replaced.
 func BenchmarkNewKeyRecordFirst(b *testing.B) {
-	benchNewKeys(b, idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}})
+	benchNewKeys(b, idemlab.With(idempotent.Config{}, idemlab.Lab{RecordFirst: true}))
 }
 
 // BenchmarkNewKeyRedsync is BenchmarkNewKeyAllLayers with a redsync mutex instead of the
 // one-script lease: a cache read, a lock, a cache write and an unlock.
 func BenchmarkNewKeyRedsync(b *testing.B) {
-	benchNewKeys(b, idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}})
+	benchNewKeys(b, idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true}))
 }
 
 // BenchmarkNewKeyDedupOnly is BenchmarkNewKeyAllLayers with the Redis layers off: what the
 // dedup record alone costs, to split the overhead between Redis and the database.
 func BenchmarkNewKeyDedupOnly(b *testing.B) {
-	benchNewKeys(b, idempotent.Config{Lab: idempotent.Lab{NoLock: true, NoCache: true}})
+	benchNewKeys(b, idemlab.With(idempotent.Config{}, idemlab.Lab{NoLock: true, NoCache: true}))
 }
 
 // BenchmarkNewKeyNoLayers is the same work in a plain transaction: the baseline.

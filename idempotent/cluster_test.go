@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 	"github.com/oncepay/oncepay/internal/platform/redisx"
 )
@@ -100,7 +101,7 @@ func TestClusterStorm(t *testing.T) {
 		cfg  idempotent.Config
 	}{
 		{"lease", idempotent.Config{}},
-		{"redsync", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}}},
+		{"redsync", idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true})},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			const nKeys, copies = 24, 16

@@ -2,28 +2,43 @@
 // (client retry, gateway retry, Kafka redelivery, late job). It knows nothing of orders,
 // payments or HTTP, and imports no other package of oncepay: a caller names the write with a
 // Key, describes the request with a fingerprint, and hands in the business work, which
-// receives the transaction as its argument. The whole use:
+// receives the transaction as its argument. The whole use, as ExampleGuard_Do runs it (the
+// examples are this documentation's code, compiled and run by go test on SQLite):
 //
-//	guard := idempotent.New(db, rdb, idempotent.Config{Classify: classifyMySQLErrors})
+//	guard := idempotent.New(db, rdb, idempotent.Config{Classify: sqliteerr.Classify}) // mysqlerr, pgerr
 //
 //	req := idempotent.Request{
-//		Key:         idempotent.Key{Scope: "user:42", BizType: "order.create", BizKey: key},
-//		Fingerprint: idempotent.Fingerprint("POST", "/v1/orders", body),
+//		Key:         idempotent.Key{Scope: "user:42", BizType: "note.create", BizKey: key},
+//		Fingerprint: idempotent.Fingerprint("POST", "/notes", body),
 //	}
-//	res, err := guard.Do(ctx, req, func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
-//		if err := createOrder(ctx, tx, order); err != nil { // hot rows last, on tx only
+//	res, err := guard.Do(ctx, req, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
+//		if err := tx.Create(&note{Body: string(body)}).Error; err != nil { // on tx only
 //			return idempotent.Response{}, err
 //		}
-//		return idempotent.Response{Status: 201, Body: orderJSON}, nil
-//	})
+//		return idempotent.Response{Status: http.StatusCreated}, nil
+//	}))
 //	// res.Outcome: executed, replayed, in_progress (err ErrKeyInUse), mismatch (ErrKeyReused) …
+//
+// db is a *gorm.DB of gorm.io/driver/mysql (MySQL, MariaDB), gorm.io/driver/postgres or
+// github.com/glebarez/sqlite, holding the table CreateSchema creates (or Schema in the
+// service's migrations); rdb is a github.com/redis/go-redis/v9 client (redis.UniversalClient:
+// a plain client or a cluster client). Respond wraps a work that answers at the end; a work
+// with contended rows places its record itself (Work). The net/http side is
+// idempotent/httpkey (Example_handler), a consumer calls Guard.Message (ExampleGuard_Message),
+// and a form's one-time token comes from Guard.IssueToken (ExampleGuard_IssueToken).
+// A work whose own unique key or precondition refuses the write marks the error with Conflict
+// (ExampleConflict): a 409 stored and replayed, not a 500. idemtest.Run checks these promises
+// on an adopter's own database and Redis. idempotent/README.md gives the install line, the
+// drivers, the headers and every answer a client may get, in one page.
 //
 // Work that must happen outside the transaction — a call to another system, such as closing
 // a trade at a payment channel before a cancel — goes in Request.Before: it runs after the key
 // is claimed, under its lease, and never for a refused request or a replay (I12: a side
 // effect before the key). A follow-up that needs the committed row goes in Request.After.
 //
-// The table it needs, idempotency_records, is Schema (one definition per dialect).
+// The table it needs, idempotency_records, is Schema (one definition per dialect). The guard
+// reads the record's times whatever the MySQL DSN's parseTime says (TestMySQLWithoutParseTime);
+// it writes them in UTC, which is go-sql-driver's default loc.
 //
 // Four layers, cheapest first. The first three live in Redis and only save work; the fourth
 // lives in the caller's database transaction and is the one that guarantees exactly-once.
@@ -61,6 +76,8 @@
 //	                                                         (an anomaly recorded for refund)
 //	an error Reject renders as 4xx    yes, alone, after the  deterministic: out_of_stock,
 //	(out_of_stock, illegal_state …)   rollback               illegal_state answer the same again
+//	an error marked Conflict(err)     yes, alone, as a 409   deterministic: the work's own unique
+//	(Reject declined it)              problem document       key or precondition refused it
 //	401, 403, 408, 429                no                     about the caller or the moment
 //	5xx, any other error, a panic,    no (rolled back)       nothing happened; a retry runs again
 //	a cancelled context

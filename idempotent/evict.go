@@ -107,10 +107,14 @@ var (
 // channel finds its record with it. The unique index is (scope, biz_type, biz_key), so the
 // same business key may be stored once per scope.
 func (g *Guard) LookupBizKey(ctx context.Context, bizType, bizKey string, limit int) ([]Record, error) {
-	var recs []Record
+	var rows []recordRow // its times read whatever the driver's parseTime (recordRow)
 	err := g.db.WithContext(ctx).
 		Where("biz_type = ? AND biz_key = ?", bizType, bizKey).
-		Order("created_at, id").Limit(limit).Find(&recs).Error
+		Order("created_at, id").Limit(limit).Find(&rows).Error
+	recs := make([]Record, len(rows))
+	for i, row := range rows {
+		recs[i] = row.record()
+	}
 	return recs, err
 }
 

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
+
+	"github.com/oncepay/oncepay/idempotent/internal/labkit"
 )
 
 // Config tunes the layers and plugs the guard into its service. Every field is optional; the
@@ -55,10 +57,6 @@ type Config struct {
 	// reads it: Redis keeps the expiry, on Redis's clock (IssueToken).
 	Now func() time.Time
 
-	// Lab weakens or swaps parts of the guard for the bench that prices each layer and the
-	// training lab that reproduces the incidents they stop. A service leaves it zero.
-	Lab Lab
-
 	// Classify tells the guard what a database error means (see ErrorClass). Default:
 	// Classify, which recognises the record's duplicate key on every dialect; mysqlerr,
 	// sqliteerr and pgerr classify deadlocks and lock timeouts too.
@@ -74,6 +72,10 @@ type Config struct {
 	RequestID func(ctx context.Context) string
 	// Registerer receives the guard's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+
+	// lab weakens or swaps parts of the guard for the bench and the training lab; only
+	// package idemlab sets it (idemlab.With).
+	lab labkit.Switches
 }
 
 // Classify is the default Config.Classify: it knows what gorm knows of every dialect — its
@@ -167,7 +169,7 @@ type Guard struct {
 	insertSQL string
 	rdb       redis.UniversalClient
 	rs        *redsync.Redsync
-	cfg       Config
+	cfg       settings
 	metrics   *metrics
 	log       *attemptLog
 }
@@ -187,7 +189,7 @@ func New(db *gorm.DB, rdb redis.UniversalClient, cfg Config) *Guard {
 	g := &Guard{
 		db:        db,
 		insertSQL: insertSQL(db.Dialector.Name()),
-		cfg:       cfg.withDefaults(),
+		cfg:       newSettings(cfg),
 		metrics:   newMetrics(cfg.Registerer),
 	}
 	if !isNilClient(rdb) {
@@ -401,7 +403,7 @@ func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, e
 	var fill *cached
 	if !g.cfg.Lab.NoCache && storable(res.Response.Status) &&
 		(res.Outcome == Executed || (res.Outcome == Replayed && res.Layer == LayerDedup)) {
-		fill = &cached{Fingerprint: req.Fingerprint, Response: res.Response}
+		fill = &cached{Fingerprint: req.Fingerprint, Response: res.Response.replayable()}
 	}
 	bg := context.WithoutCancel(ctx)
 	switch {
@@ -664,17 +666,19 @@ func (g *Guard) afterRecordFailed(ctx context.Context, req Request, err error, l
 	return Result{}, err
 }
 
-// reject renders a work error as a storable business refusal, if it is one.
+// reject renders a work error as a storable business refusal, if it is one: as Reject
+// renders it, else as the 409 of an error the work marked with Conflict.
 func (g *Guard) reject(ctx context.Context, req Request, err error) (Response, bool) {
 	render := req.Reject
 	if render == nil {
 		render = g.cfg.Reject
 	}
-	if render == nil {
-		return Response{}, false
+	if render != nil {
+		if resp, ok := render(ctx, err); ok && storable(resp.Status) {
+			return resp, true
+		}
 	}
-	resp, ok := render(ctx, err)
-	return resp, ok && storable(resp.Status)
+	return g.conflictResponse(ctx, err)
 }
 
 // storeRejection stores a business refusal alone, after its transaction rolled back: the

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 )
 
-// TestI15TwoHoldersAfterAFailover models the failover of I15 with Lab.ForgetLease: the first
+// TestI15TwoHoldersAfterAFailover models the failover of I15 with idemlab's Lab.ForgetLease: the first
 // copy's lease is deleted right after it was taken, as a promoted replica that never saw it
-// has no lease at all, and the first copy then works on for 600 ms (Lab.BeforeWork). A second
+// has no lease at all, and the first copy then works on for 600 ms (idemlab's Lab.BeforeWork). A second
 // copy 200 ms later is granted the lease too and executes: two holders at once. The first
 // holder's transaction then meets the second's dedup record, rolls back, and is answered the
 // second's result byte for byte; the effect exists once. The watchdog (on, with the default
@@ -24,15 +25,15 @@ func TestI15TwoHoldersAfterAFailover(t *testing.T) {
 			e := newEnv(t)
 			key := testKey(t, "channel:simpay", "T-I15")
 			type holderKey struct{}
-			cfg := kind.cfg
-			cfg.Lab.ForgetLease = func(ctx context.Context, _ idempotent.Key) bool { return ctx.Value(holderKey{}) != nil }
-			cfg.Lab.BeforeWork = func(ctx context.Context, _ idempotent.Key) error {
+			lab := idemlab.Of(kind.cfg)
+			lab.ForgetLease = func(ctx context.Context, _ idempotent.Key) bool { return ctx.Value(holderKey{}) != nil }
+			lab.BeforeWork = func(ctx context.Context, _ idempotent.Key) error {
 				if ctx.Value(holderKey{}) != nil {
 					time.Sleep(600 * time.Millisecond)
 				}
 				return nil
 			}
-			g := e.guard(cfg)
+			g := e.guard(idemlab.With(kind.cfg, lab))
 			req := request(key, `{"trade_no":"T-I15"}`)
 			work := effectWork(key.BizKey, 0, http.StatusOK)
 

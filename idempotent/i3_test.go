@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
@@ -81,8 +82,8 @@ func TestI3DedupRowPlacement(t *testing.T) {
 		name string
 		cfg  idempotent.Config
 	}{
-		{"record last", idempotent.Config{Lab: idempotent.Lab{NoLock: true, NoCache: true}}},
-		{"record first", idempotent.Config{Lab: idempotent.Lab{NoLock: true, NoCache: true, RecordFirst: true}}},
+		{"record last", idemlab.With(idempotent.Config{}, idemlab.Lab{NoLock: true, NoCache: true})},
+		{"record first", idemlab.With(idempotent.Config{}, idemlab.Lab{NoLock: true, NoCache: true, RecordFirst: true})},
 	} {
 		g := e.guard(placement.cfg)
 		key := idempotent.Key{Scope: "user:1", BizType: "guarded", BizKey: "i3-guarded-" + strings.ReplaceAll(placement.name, " ", "-")}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 )
 
 // TestUnguardedRunsEveryCopy: with Lab.Unguarded the guard is out of the way — each copy of a
@@ -15,7 +16,7 @@ import (
 func TestUnguardedRunsEveryCopy(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	g := e.guard(idempotent.Config{Lab: idempotent.Lab{Unguarded: true}})
+	g := e.guard(idemlab.With(idempotent.Config{}, idemlab.Lab{Unguarded: true}))
 	k := testKey(t, "user:1", "unguarded")
 	var before, after int
 	req := request(k, `{}`)

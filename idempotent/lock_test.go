@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
@@ -32,7 +33,7 @@ var lockKinds = []struct {
 	cfg  idempotent.Config
 }{
 	{"lease", idempotent.Config{}},
-	{"redsync", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}}},
+	{"redsync", idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true})},
 }
 
 // TestI4WatchdogKeepsTheLock replays I4 with the fix: the lock lives 1 s, the work takes 3 s.
@@ -97,7 +98,7 @@ func TestI4ExpiredLockDedupIsTheBackstop(t *testing.T) {
 		t.Run(placement.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			g := e.guard(idempotent.Config{LockTTL: time.Second, Lab: idempotent.Lab{NoWatchdog: true, RecordFirst: placement.recordFirst}})
+			g := e.guard(idemlab.With(idempotent.Config{LockTTL: time.Second}, idemlab.Lab{NoWatchdog: true, RecordFirst: placement.recordFirst}))
 			ctx := context.Background()
 			key := testKey(t, "user:1", "debit")
 			req := request(key, `{"amount":100}`)

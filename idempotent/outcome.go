@@ -57,8 +57,27 @@ type Response struct {
 }
 
 // replayedHeaders are the response headers stored with an outcome and sent again on replay
-// (Guard.Policy().ReplayedHeaders).
+// (Guard.Policy().ReplayedHeaders): the first answer carries every header the work set, a
+// replay these only (replayable), so that what a server publishes as replayed is what is.
 var replayedHeaders = []string{"Content-Type", "Location"}
+
+// replayable is r as it is stored for replay: its headers cut to replayedHeaders, matched
+// whatever their case.
+func (r Response) replayable() Response {
+	var kept map[string]string
+	for name, v := range r.Header {
+		for _, h := range replayedHeaders {
+			if http.CanonicalHeaderKey(name) == h {
+				if kept == nil {
+					kept = make(map[string]string, len(replayedHeaders))
+				}
+				kept[h] = v
+			}
+		}
+	}
+	r.Header = kept
+	return r
+}
 
 // Result is the answer of Guard.Do.
 type Result struct {

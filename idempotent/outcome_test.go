@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
@@ -37,7 +38,7 @@ func TestKeyReusedWithAnotherRequest(t *testing.T) {
 		layer idempotent.Layer
 	}{
 		{"first outcome in the cache", idempotent.Config{}, idempotent.LayerCache},
-		{"first outcome only in the database", idempotent.Config{Lab: idempotent.Lab{NoCache: true}}, idempotent.LayerDedup},
+		{"first outcome only in the database", idemlab.With(idempotent.Config{}, idemlab.Lab{NoCache: true}), idempotent.LayerDedup},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -180,8 +181,8 @@ func TestBusinessResponseCommitsWithTheWork(t *testing.T) {
 		name string
 		cfg  idempotent.Config
 	}{
-		{"record last", idempotent.Config{Lab: idempotent.Lab{NoCache: true}}},
-		{"record first", idempotent.Config{Lab: idempotent.Lab{NoCache: true, RecordFirst: true}}},
+		{"record last", idemlab.With(idempotent.Config{}, idemlab.Lab{NoCache: true})},
+		{"record first", idemlab.With(idempotent.Config{}, idemlab.Lab{NoCache: true, RecordFirst: true})},
 	} {
 		t.Run(placement.name, func(t *testing.T) {
 			t.Parallel()
@@ -228,7 +229,7 @@ func TestBusinessResponseCommitsWithTheWork(t *testing.T) {
 			if n := countEffects(t, e.db, "reservation"); n != 0 {
 				t.Errorf("reservation rows = %d, want 0 (undone by the work's savepoint)", n)
 			}
-			if placement.cfg.Lab.RecordFirst {
+			if idemlab.Of(placement.cfg).RecordFirst {
 				// Record first, every copy stops at the record's insert and never runs the work.
 				if n := calls.Load(); n != 1 {
 					t.Errorf("the work ran %d times with the record first, want 1", n)
@@ -266,8 +267,8 @@ func TestRejectionIsStoredAlone(t *testing.T) {
 		// With nothing in Redis to answer them and the record inserted after the work, the
 		// copies run the work too; its refusal is rolled back, the insert of the refusal
 		// meets the stored one, and that is replayed.
-		{"cache off", idempotent.Config{Reject: renderOutOfStock, Lab: idempotent.Lab{NoCache: true}}, idempotent.LayerDedup, 4},
-		{"cache off, record first", idempotent.Config{Reject: renderOutOfStock, Lab: idempotent.Lab{NoCache: true, RecordFirst: true}}, idempotent.LayerDedup, 1},
+		{"cache off", idemlab.With(idempotent.Config{Reject: renderOutOfStock}, idemlab.Lab{NoCache: true}), idempotent.LayerDedup, 4},
+		{"cache off, record first", idemlab.With(idempotent.Config{Reject: renderOutOfStock}, idemlab.Lab{NoCache: true, RecordFirst: true}), idempotent.LayerDedup, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -484,7 +485,7 @@ func TestDoRetriesAnAbortedTransaction(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			newID := abortFirstRecord(t, e.db)
-			g := e.guard(idempotent.Config{NewID: newID, Classify: abortedClassify(e.dialect), Lab: idempotent.Lab{RecordFirst: placement.recordFirst}})
+			g := e.guard(idemlab.With(idempotent.Config{NewID: newID, Classify: abortedClassify(e.dialect)}, idemlab.Lab{RecordFirst: placement.recordFirst}))
 			key := testKey(t, "user:1", "k")
 			var calls atomic.Int32
 			work := countingWork(&calls, effectWork(key.BizKey, 0, http.StatusCreated))

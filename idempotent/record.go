@@ -128,8 +128,9 @@ func (g *Guard) newRecord(ctx context.Context, req Request) *Record {
 	}
 }
 
-// finish puts the outcome on the record.
+// finish puts the outcome on the record, its headers cut to those replayed (replayable).
 func (r *Record) finish(resp Response, now time.Time) {
+	resp = resp.replayable()
 	headers, _ := json.Marshal(resp.Header)
 	r.Status = StatusCompleted
 	r.ResponseStatus = resp.Status
@@ -180,14 +181,14 @@ func (g *Guard) insertRecord(ctx context.Context, db *gorm.DB, rec *Record) erro
 
 // loadRecord reads the committed record of key, outside any transaction.
 func loadRecord(ctx context.Context, db *gorm.DB, k Key) (Record, bool, error) {
-	var rec Record
+	var row recordRow // its times read whatever the driver's parseTime (recordRow)
 	err := db.WithContext(ctx).
 		Where("scope = ? AND biz_type = ? AND biz_key = ?", k.Scope, k.BizType, k.BizKey).
-		Take(&rec).Error
+		Take(&row).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return Record{}, false, nil
 	}
-	return rec, err == nil, err
+	return row.record(), err == nil, err
 }
 
 // Lookup returns the committed record of k, for operators and diagnosis.

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 )
 
 // hashTag returns the Redis Cluster hash tag of key: the text between its first '{' and the
@@ -162,7 +163,7 @@ func TestRoundTrips(t *testing.T) {
 		claim, finish int // commands before and after the work of a new key; 0: only log them
 	}{
 		{"lease", idempotent.Config{}, 1, 1},
-		{"redsync", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}}, 0, 0},
+		{"redsync", idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true}), 0, 0},
 	} {
 		g := e.guardWith(client, tt.cfg)
 		var beforeWork [][]any

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
@@ -35,15 +36,15 @@ func TestStorm(t *testing.T) {
 		noRedis    bool             // the guard is built with a nil client: the database alone
 	}{
 		{"lock on", idempotent.Config{}, false, idempotent.LayerCache, false},
-		{"lock on, record first", idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}}, false, idempotent.LayerCache, false},
-		{"redsync lock", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true}}, false, idempotent.LayerCache, false},
-		{"redsync lock, record first", idempotent.Config{Lab: idempotent.Lab{RedsyncLock: true, RecordFirst: true}}, false, idempotent.LayerCache, false},
-		{"no lock", idempotent.Config{Lab: idempotent.Lab{NoLock: true}}, false, idempotent.LayerCache, false},
-		{"no lock, record first", idempotent.Config{Lab: idempotent.Lab{NoLock: true, RecordFirst: true}}, false, idempotent.LayerCache, false},
+		{"lock on, record first", idemlab.With(idempotent.Config{}, idemlab.Lab{RecordFirst: true}), false, idempotent.LayerCache, false},
+		{"redsync lock", idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true}), false, idempotent.LayerCache, false},
+		{"redsync lock, record first", idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true, RecordFirst: true}), false, idempotent.LayerCache, false},
+		{"no lock", idemlab.With(idempotent.Config{}, idemlab.Lab{NoLock: true}), false, idempotent.LayerCache, false},
+		{"no lock, record first", idemlab.With(idempotent.Config{}, idemlab.Lab{NoLock: true, RecordFirst: true}), false, idempotent.LayerCache, false},
 		{"redis down degrade", idempotent.Config{}, true, idempotent.LayerDedup, false},
-		{"redis down degrade, record first", idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}}, true, idempotent.LayerDedup, false},
+		{"redis down degrade, record first", idemlab.With(idempotent.Config{}, idemlab.Lab{RecordFirst: true}), true, idempotent.LayerDedup, false},
 		{"database only", idempotent.Config{}, true, idempotent.LayerDedup, true},
-		{"database only, record first", idempotent.Config{Lab: idempotent.Lab{RecordFirst: true}}, true, idempotent.LayerDedup, true},
+		{"database only, record first", idemlab.With(idempotent.Config{}, idemlab.Lab{RecordFirst: true}), true, idempotent.LayerDedup, true},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -120,8 +121,8 @@ func TestStorm(t *testing.T) {
 // default placement), every copy — storm and sequential — runs the work before its insert
 // fails, one at a time: 200 ms each would be minutes of waiting that prove nothing more.
 func stormHold(cfg idempotent.Config, redisDown bool) time.Duration {
-	lockless := cfg.Lab.NoLock || redisDown
-	if !(idemtest.Default() == idemtest.MySQL) && lockless && !cfg.Lab.RecordFirst {
+	lockless := idemlab.Of(cfg).NoLock || redisDown
+	if !(idemtest.Default() == idemtest.MySQL) && lockless && !idemlab.Of(cfg).RecordFirst {
 		return 10 * time.Millisecond
 	}
 	return 200 * time.Millisecond

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 )
 
 // TestWorkPlacesItsRecord: the record is written where the work calls record, so the writes
@@ -18,7 +19,7 @@ import (
 // is answered with the first attempt's outcome without reaching them.
 func TestWorkPlacesItsRecord(t *testing.T) {
 	e := newEnv(t)
-	g := e.guard(idempotent.Config{Lab: idempotent.Lab{NoCache: true, NoLock: true}}) // the record alone decides
+	g := e.guard(idemlab.With(idempotent.Config{}, idemlab.Lab{NoCache: true, NoLock: true})) // the record alone decides
 	ctx := context.Background()
 	key := testKey(t, "user:1", "placed")
 	var hot atomic.Int32
@@ -105,7 +106,7 @@ func TestDefaultsReplay(t *testing.T) {
 		t.Errorf("%d executed, %d effects; want 1 and 1", executed, countEffects(t, e.db, key.BizKey))
 	}
 	// With the lock and the cache off the record alone must tell the copies apart.
-	bare := idempotent.New(e.db, e.rdb, idempotent.Config{Registerer: prometheus.NewRegistry(), Lab: idempotent.Lab{NoLock: true, NoCache: true}})
+	bare := idempotent.New(e.db, e.rdb, idemlab.With(idempotent.Config{Registerer: prometheus.NewRegistry()}, idemlab.Lab{NoLock: true, NoCache: true}))
 	key = testKey(t, "user:1", "defaults-bare")
 	for i := range 3 {
 		res, err := bare.Do(context.Background(), request(key, "a"), effectWork(key.BizKey, 0, http.StatusCreated))
@@ -126,7 +127,7 @@ func TestDefaultsReplay(t *testing.T) {
 	}
 	key = testKey(t, "user:1", "defaults-race")
 	res, err := bare.Do(context.Background(), request(key, "a"), func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
-		first := idempotent.New(e.db, e.rdb, idempotent.Config{Registerer: prometheus.NewRegistry(), Lab: idempotent.Lab{NoLock: true, NoCache: true}})
+		first := idempotent.New(e.db, e.rdb, idemlab.With(idempotent.Config{Registerer: prometheus.NewRegistry()}, idemlab.Lab{NoLock: true, NoCache: true}))
 		done := make(chan error, 1)
 		go func() {
 			_, err := first.Do(context.Background(), request(key, "a"), effectWork(key.BizKey, 0, http.StatusCreated))

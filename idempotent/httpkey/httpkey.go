@@ -42,6 +42,18 @@ const (
 	HeaderDegraded = "Idempotency-Degraded"
 )
 
+// HeaderRetryAfter is the standard header that tells a client when to retry: on every 503 the
+// Handler writes and on a 409 idempotency_key_in_use.
+const HeaderRetryAfter = "Retry-After"
+
+// Headers are the protocol's headers — the request's Idempotency-Key, then those the Handler
+// writes — in that order: the one list the kit's README and a service's documentation take
+// them from (TestREADME in package idempotent holds the README to it). Each call returns a
+// new slice.
+func Headers() []string {
+	return []string{HeaderKey, HeaderOutcome, HeaderReplayed, HeaderDegraded, HeaderRetryAfter}
+}
+
 // BizType is the biz type of client keys: a key names one write of one scope, whatever the
 // endpoint, so the same key on another endpoint is a key reused (422), never a second write.
 const BizType = "idempotency-key"
@@ -192,10 +204,10 @@ func (h Handler) Write(w http.ResponseWriter, r *http.Request, res idempotent.Re
 	default:
 		hdr.Set(HeaderOutcome, string(res.Outcome))
 	}
-	if res.Response.Status == http.StatusServiceUnavailable && hdr.Get("Retry-After") == "" {
+	if res.Response.Status == http.StatusServiceUnavailable && hdr.Get(HeaderRetryAfter) == "" {
 		// A work that answered 503 itself (nothing is stored for it) tells the client when to
 		// retry, like every other 503.
-		hdr.Set("Retry-After", h.retryAfter())
+		hdr.Set(HeaderRetryAfter, h.retryAfter())
 	}
 	w.WriteHeader(res.Response.Status)
 	_, _ = w.Write(res.Response.Body)
@@ -215,9 +227,9 @@ func (h Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	status := Status(err)
 	switch {
 	case errors.Is(err, idempotent.ErrKeyInUse):
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set(HeaderRetryAfter, "1")
 	case status == http.StatusServiceUnavailable:
-		w.Header().Set("Retry-After", h.retryAfter())
+		w.Header().Set(HeaderRetryAfter, h.retryAfter())
 	}
 	problem := h.Problem
 	if problem == nil {

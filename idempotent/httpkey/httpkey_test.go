@@ -236,10 +236,19 @@ func TestRetryAfter(t *testing.T) {
 
 // TestDegraded: with Redis unreachable and the guard in degrade mode, the write runs once under
 // the dedup record, and every answer — the first and its replay — names the layers that
-// stepped aside in Idempotency-Degraded, the token among them for a tok_ key; with Redis up
-// the header is absent.
+// stepped aside in Idempotency-Degraded, the token among them for a tok_ key; so does the
+// replay a second process with Redis down answers from the record of a write that executed
+// while Redis was up. With Redis up the header is absent. On every dialect.
 func TestDegraded(t *testing.T) {
-	dialect := idemtest.Default()
+	for _, dialect := range idemtest.Dialects(t) {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			testDegraded(t, dialect)
+		})
+	}
+}
+
+func testDegraded(t *testing.T, dialect string) {
 	db := idemtest.DB(t, dialect)
 	down := httpkey.Handler{Guard: idempotent.New(db, idemtest.Unreachable(t), idempotent.Config{Classify: idemtest.Classify(dialect)})}
 	up := httpkey.Handler{Guard: idempotent.New(db, idemtest.Redis(t), idempotent.Config{Classify: idemtest.Classify(dialect)})}
@@ -248,7 +257,7 @@ func TestDegraded(t *testing.T) {
 		return record(t, func(w http.ResponseWriter) {
 			_, _ = h.Do(w, r, idempotent.Key{Scope: "user:1", BizType: httpkey.BizType, BizKey: key}, []byte(`{}`),
 				idempotent.Respond(func(context.Context, *gorm.DB) (idempotent.Response, error) {
-					return idempotent.Response{Status: http.StatusCreated}, nil
+					return idempotent.Response{Status: http.StatusCreated, Body: []byte(`{"id":1}`)}, nil
 				}))
 		})
 	}
@@ -270,6 +279,14 @@ func TestDegraded(t *testing.T) {
 	}
 	if got := post(up, "up-"+t.Name()); got.status != http.StatusCreated || got.header.Get(httpkey.HeaderDegraded) != "" {
 		t.Errorf("with Redis up: %d %s %q, want 201 without it", got.status, httpkey.HeaderDegraded, got.header.Get(httpkey.HeaderDegraded))
+	}
+	// Executed with Redis up, replayed by another process that cannot reach Redis.
+	replay := post(down, "up-"+t.Name())
+	if replay.status != http.StatusCreated || replay.header.Get(httpkey.HeaderReplayed) != "true" ||
+		replay.header.Get(httpkey.HeaderOutcome) != string(idempotent.Replayed) || replay.header.Get(httpkey.HeaderDegraded) != "cache, lock" {
+		t.Errorf("replay with Redis down of a write made with Redis up: %d replayed %q outcome %q %s %q, want 201 true replayed %q",
+			replay.status, replay.header.Get(httpkey.HeaderReplayed), replay.header.Get(httpkey.HeaderOutcome),
+			httpkey.HeaderDegraded, replay.header.Get(httpkey.HeaderDegraded), "cache, lock")
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package idemtest gives tests of the idempotency kit — its own, and a service's that uses it —
 // their real dependencies, and nothing of oncepay's service: a fresh database of each dialect
 // holding only the kit's table (idempotent.Schema), created and dropped per test, an isolated
-// Redis, a Redis that is down, and a private Redis Cluster.
+// Redis, a Redis that is down, and a private Redis Cluster; and Run, the conformance suite
+// that checks the kit's promises on an adopter's own database and Redis.
 //
 //	ONCEPAY_TEST_MYSQL_DSN     a MySQL or MariaDB server (root DSN); its dialect is tested
 //	ONCEPAY_TEST_POSTGRES_DSN  a PostgreSQL server (a DSN that may CREATE DATABASE)

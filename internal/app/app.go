@@ -22,6 +22,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/channel"
@@ -107,9 +108,9 @@ type Deps struct {
 	// (tools/lab) in bin/oncepay-lab. The service's own binary sets none.
 	Routes func(a *App, r chi.Router)
 	// GuardLab weakens the guard for the bench (bench/), which prices it on the real routes
-	// with Lab.Unguarded; the service sets none. ONCEPAY_CHAOS_PAYMENT_DELAY's hook is added
-	// to it.
-	GuardLab idempotent.Lab
+	// with idemlab's Lab.Unguarded; the service sets none. ONCEPAY_CHAOS_PAYMENT_DELAY's hook
+	// is added to it.
+	GuardLab idemlab.Lab
 }
 
 // New builds an instance from cfg: it opens (or takes) every dependency, migrates, seeds the
@@ -185,23 +186,23 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	// The guard knows no SQL driver, request id or error type of ours: they come in here.
 	// Every Redis key it writes — tokens, replay cache, locks, consumer markers and the job
 	// locks of RunLocked — starts with ONCEPAY_REDIS_PREFIX.
-	a.Guard = idempotent.New(a.DB, a.Redis.Client, idempotent.Config{
+	//
+	// The bench's switches and the chaos hook of ONCEPAY_CHAOS_PAYMENT_DELAY come with
+	// idemlab.With; zero, and the guard whole, without them.
+	a.Guard = idempotent.New(a.DB, a.Redis.Client, idemlab.With(idempotent.Config{
 		KeyPrefix:          cfg.RedisPrefix,
 		LockTTL:            cfg.LockTTL,
 		TokenTTL:           cfg.IdempotencyTokenTTL,
 		Now:                clock.Now,
 		Retention:          cfg.DedupRetention,
 		RejectWithoutRedis: cfg.RedisFailureMode == config.RedisReject,
-		// The bench's switches and the chaos hook of ONCEPAY_CHAOS_PAYMENT_DELAY; zero, and the
-		// guard whole, without them.
-		Lab:       guardLab(deps.GuardLab, cfg),
-		Classify:  idem.Classify(a.DB),
-		Reject:    idem.StoredProblem,
-		NewID:     a.IDs.Next,
-		RequestID: requestid.From,
+		Classify:           idem.Classify(a.DB),
+		Reject:             idem.StoredProblem,
+		NewID:              a.IDs.Next,
+		RequestID:          requestid.From,
 		// The kit names its metrics idempotency_*; oncepay's /metrics has them as oncepay_*.
 		Registerer: prometheus.WrapRegistererWithPrefix("oncepay_", a.Registry),
-	})
+	}, guardLab(deps.GuardLab, cfg)))
 	a.idem, a.adminIdem = idem.HTTP(a.Guard), idem.AdminHTTP(a.Guard)
 
 	// Domain stores and services.
@@ -424,7 +425,7 @@ func (a *App) Close() {
 // renewals (I4) can be watched. Zero means no hook.
 // guardLab is the guard's Lab: the bench's switches, if any, and the chaos hook of
 // ONCEPAY_CHAOS_PAYMENT_DELAY when no BeforeWork is set.
-func guardLab(lab idempotent.Lab, cfg config.Config) idempotent.Lab {
+func guardLab(lab idemlab.Lab, cfg config.Config) idemlab.Lab {
 	if lab.BeforeWork == nil {
 		lab.BeforeWork = chaosDelay(cfg.ChaosPaymentDelay, notify.BizTypeTrade)
 	}

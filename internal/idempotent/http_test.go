@@ -22,6 +22,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/database"
@@ -386,7 +387,7 @@ func TestIdempotencyKeyTable(t *testing.T) {
 		cfg  idempotent.Config
 	}{
 		{"from the cache", idempotent.Config{}},
-		{"from the dedup record", idempotent.Config{Lab: idempotent.Lab{NoCache: true}}},
+		{"from the dedup record", idemlab.With(idempotent.Config{}, idemlab.Lab{NoCache: true})},
 	} {
 		t.Run("first then replay "+cache.name, func(t *testing.T) {
 			t.Parallel()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/platform/requestid"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -29,7 +30,7 @@ func forgetLease(ctx context.Context, rdb redis.UniversalClient, key string) {
 // failoverKey marks the request whose holder loses its lease to the failover.
 type failoverKey struct{}
 
-// lostToFailover is the guard's Lab.ForgetLease on the I15 route: the holder that asked for a
+// lostToFailover is the guard's idemlab.Lab.ForgetLease on the I15 route: the holder that asked for a
 // ?pause= loses its lease.
 func lostToFailover(ctx context.Context, _ idempotent.Key) bool {
 	lost, _ := ctx.Value(failoverKey{}).(bool)
@@ -37,19 +38,18 @@ func lostToFailover(ctx context.Context, _ idempotent.Key) bool {
 }
 
 // newFailoverGuard is oncepay's guard with the real routes' settings — the default 30 s
-// lease, its watchdog — and the failover of I15 (Lab.ForgetLease) and a holder's pause
+// lease, its watchdog — and the failover of I15 (idemlab.Lab.ForgetLease) and a holder's pause
 // (pauseHolder) turned on per request. The watchdog would notice the lost lease at its first
 // renewal, a third of the lease after it was taken; the holder commits long before that, as a
 // holder does that a failover catches between two renewals.
 func newFailoverGuard(l *Lab) httpkey.Handler {
-	return idem.HTTP(idempotent.New(l.db, l.rdb, idempotent.Config{
+	return idem.HTTP(idempotent.New(l.db, l.rdb, idemlab.With(idempotent.Config{
 		KeyPrefix: l.prefix,
-		Lab:       idempotent.Lab{ForgetLease: lostToFailover, BeforeWork: pauseHolder},
 		Classify:  idem.Classify(l.db),
 		Reject:    idem.StoredProblem,
 		NewID:     l.ids.Next,
 		RequestID: requestid.From,
-	}))
+	}, idemlab.Lab{ForgetLease: lostToFailover, BeforeWork: pauseHolder})))
 }
 
 // payAfterFailover is the BUG of I15: the naive payment of I4, fenced only by its Redis lock.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
+	"github.com/oncepay/oncepay/idempotent/idemlab"
 	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -70,17 +71,16 @@ type Lab struct {
 // redisPrefix + "lab:".
 func New(db *gorm.DB, rdb redis.UniversalClient, redisPrefix string, gen *ids.Generator, orders *order.Service, secret string, chaos time.Duration) *Lab {
 	l := &Lab{db: db, ids: gen, orders: orders, rdb: rdb, secret: secret, prefix: redisPrefix + "lab:", ChaosDelay: chaos}
-	l.guarded = idem.HTTP(idempotent.New(db, rdb, idempotent.Config{
+	l.guarded = idem.HTTP(idempotent.New(db, rdb, idemlab.With(idempotent.Config{
 		KeyPrefix: l.prefix,
 		// The lease runs out during the pause and nothing renews it: a paused process cannot
 		// run its watchdog either. What must stop the stale write is the database.
 		LockTTL:   staleLease,
-		Lab:       idempotent.Lab{NoWatchdog: true, BeforeWork: pauseHolder},
 		Classify:  idem.Classify(db),
 		Reject:    idem.StoredProblem,
 		NewID:     gen.Next,
 		RequestID: requestid.From,
-	}))
+	}, idemlab.Lab{NoWatchdog: true, BeforeWork: pauseHolder})))
 	l.keyed = idem.HTTP(idempotent.New(db, rdb, idempotent.Config{
 		KeyPrefix: l.prefix,
 		Classify:  idem.Classify(db),
