@@ -172,6 +172,7 @@ type Guard struct {
 	cfg       settings
 	metrics   *metrics
 	log       *attemptLog
+	flights   flights
 }
 
 // New returns a guard whose dedup records live in db (table idempotency_records, see
@@ -179,9 +180,10 @@ type Guard struct {
 //
 // rdb may be nil: the guard then runs on the database alone. The dedup record's unique key is
 // the fence, as it is while Redis is down, but nothing is degraded, since nothing is missing:
-// a copy asks the record first, a copy in flight waits on the record's row until the first
-// commits and is then replayed, and there is no replay cache, no attempt log and no one-time
-// token (a tok_ key is answered ErrUnavailable). A request with work outside the transaction
+// a copy asks the record first; a copy in flight at this guard waits for the first one's
+// answer (flights), one at another instance on the record's row until the first commits; and
+// there is no replay cache, no attempt log and no one-time token (a tok_ key is answered
+// ErrUnavailable). A request with work outside the transaction
 // before it (Before: a call a replay must never repeat) needs the lease and is refused with
 // ErrUnavailable; RunLocked runs its job on the job's own preconditions; Message has no
 // marker; Evict and Purge work on the records alone.
@@ -384,8 +386,16 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		}
 	}
 
-	// Layer 4, the dedup record (I3): in the work's own transaction.
-	res, err = g.runOnce(workCtx, req, work)
+	// Layer 4, the dedup record (I3): in the work's own transaction. Without a lease (no
+	// Redis, or Redis down) the copies of this request at this guard wait for the first.
+	if l == nil && (g.rdb == nil || cerr != nil) {
+		name := req.Key.Scope + "\x00" + req.Key.BizType + "\x00" + req.Key.BizKey + "\x00" + req.Fingerprint
+		res, err = g.flights.do(workCtx, name, func() (Result, error) {
+			return g.runOnce(workCtx, req, work)
+		})
+	} else {
+		res, err = g.runOnce(workCtx, req, work)
+	}
 	if err == nil && res.Outcome == Executed && res.Rejection == nil && req.After != nil {
 		req.After(workCtx, res)
 	}
