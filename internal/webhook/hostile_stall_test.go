@@ -277,8 +277,50 @@ func TestManyHungEndpointsDelayOnlyThemselves(t *testing.T) {
 	// The hung endpoints were tried: the test exercised them, it did not just skip them.
 	var tried int64
 	f.db.Table("webhook_attempts").Where("endpoint_id <> ?", good.ID).Distinct("endpoint_id").Count(&tried)
-	t.Logf("%d of %d hung endpoints were tried", tried, len(silent))
+	var attempts []webhook.Attempt
+	f.db.Where("endpoint_id <> ?", good.ID).Order("endpoint_id, sent_at").Find(&attempts)
+	t.Logf("%d of %d hung endpoints were tried, %d attempts in all", tried, len(silent), len(attempts))
 	if tried < hung/2 {
 		t.Errorf("only %d of %d hung endpoints were tried", tried, hung)
 	}
+	// Tried once per back-off, not with every event: an attempt, 3 s without an answer, a
+	// pause of about 1 s, another, 3 s, about 2 s, a third — at most 4 each in this run's
+	// time. Without the circuit each had 8 in flight within the first seconds.
+	if len(attempts) > 4*hung {
+		t.Errorf("%d attempts to %d hung endpoints, want at most %d", len(attempts), hung, 4*hung)
+	}
+	// Once an attempt of a hung endpoint has timed out, its circuit is open: every attempt
+	// that starts later starts alone, after the ones before it ended.
+	byEndpoint := map[int64][]webhook.Attempt{}
+	for _, a := range attempts {
+		byEndpoint[a.EndpointID] = append(byEndpoint[a.EndpointID], a)
+	}
+	end := func(a webhook.Attempt) time.Time { return a.SentAt.Add(time.Duration(a.LatencyMS) * time.Millisecond) }
+	overlaps := 0
+	for _, as := range byEndpoint {
+		firstEnd, lastEnd := end(as[0]), end(as[0])
+		for _, a := range as[1:] {
+			if a.SentAt.After(firstEnd.Add(100*time.Millisecond)) && a.SentAt.Before(lastEnd.Add(-100*time.Millisecond)) {
+				overlaps++
+			}
+			firstEnd, lastEnd = minTime(firstEnd, end(a)), maxTime(lastEnd, end(a))
+		}
+	}
+	if overlaps > 0 {
+		t.Errorf("%d attempts to a hung endpoint started beside another after its first timeout", overlaps)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
