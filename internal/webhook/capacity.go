@@ -136,8 +136,10 @@ func (s *Sender) release(endpoint int64, c class) {
 // its circuit; no answer opens it, or keeps it open with a back-off doubled from Backoff up
 // to MaxBackoff and jittered, so that a receiver that hangs or is gone is tried once per
 // back-off, not once per event, and endpoints that failed together are not tried together. An attempt this sender abandoned (its lease lost, the instance stopping)
-// says nothing of the receiver and is not entered.
-func (s *Sender) observe(endpoint int64, outcome string, now time.Time) {
+// says nothing of the receiver and is not entered. Only the attempt that opens the circuit
+// and the probes sent while it is open count towards the back-off: the 8 attempts in flight
+// when a receiver died are one failure, not 8 doublings.
+func (s *Sender) observe(endpoint int64, claimedAs class, outcome string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.entry(endpoint)
@@ -146,6 +148,9 @@ func (s *Sender) observe(endpoint int64, outcome string, now time.Time) {
 		return
 	}
 	h.heard = false
+	if h.failures > 0 && claimedAs != failing {
+		return // in flight before the circuit opened: the same outage
+	}
 	h.failures++
 	pause := s.Backoff
 	for i := 1; i < h.failures && pause < s.MaxBackoff; i++ {

@@ -395,7 +395,7 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 	res := s.send(held, e, ev, c.Attempts, c.skew)
 	sending.Store(false)
 	if held.Err() == nil {
-		s.observe(e.ID, res.outcome, time.Now())
+		s.observe(e.ID, c.class, res.outcome, time.Now())
 	}
 	s.Metrics.attempt(e.ID, res)
 	return s.record(context.WithoutCancel(ctx), c, e, res)
