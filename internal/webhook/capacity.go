@@ -144,10 +144,14 @@ func (s *Sender) observe(endpoint int64, claimedAs class, outcome string, now ti
 	defer s.mu.Unlock()
 	h := s.entry(endpoint)
 	if outcome != OutcomeTimeout && outcome != OutcomeError {
+		if h.failures > 0 {
+			s.Metrics.circuitOpen(endpoint, false)
+		}
 		h.heard, h.failures = true, 0
 		return
 	}
 	h.heard = false
+	s.Metrics.circuitOpen(endpoint, true)
 	if h.failures > 0 && claimedAs != failing {
 		return // in flight before the circuit opened: the same outage
 	}

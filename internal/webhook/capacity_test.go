@@ -3,6 +3,9 @@ package webhook
 import (
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestCircuit: an endpoint not heard from gets one attempt at a time; an answer proves it (8);
@@ -11,6 +14,14 @@ import (
 func TestCircuit(t *testing.T) {
 	s := NewSender(nil, nil, nil, nil, time.Second)
 	s.Jitter = func(d time.Duration) time.Duration { return d }
+	s.Metrics = NewMetrics(prometheus.NewRegistry(), nil)
+	open := func() float64 {
+		var m dto.Metric
+		if err := s.Metrics.circuit.WithLabelValues("7").Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetGauge().GetValue()
+	}
 	now := time.Now()
 	const ep = 7
 	if n := s.free(ep, now); n != 1 {
@@ -31,6 +42,9 @@ func TestCircuit(t *testing.T) {
 	for _, c := range held {
 		s.observe(ep, c, OutcomeTimeout, now)
 		s.release(ep, c)
+	}
+	if open() != 1 {
+		t.Fatal("oncepay_webhook_circuit_open is not 1 with the circuit open")
 	}
 	if n := s.free(ep, now.Add(900*time.Millisecond)); n != 0 {
 		t.Fatalf("open circuit within its 1 s back-off: room %d, want 0", n)
@@ -58,6 +72,9 @@ func TestCircuit(t *testing.T) {
 	s.observe(ep, failing, OutcomeOK, at)
 	if n := s.free(ep, at); n != 8 {
 		t.Fatalf("closed again: room %d, want 8", n)
+	}
+	if open() != 0 {
+		t.Fatal("oncepay_webhook_circuit_open is not 0 once an answer closed the circuit")
 	}
 }
 
