@@ -29,7 +29,7 @@ const (
 type health struct {
 	busy      int       // attempts in flight: claimed, not yet recorded
 	heard     bool      // the last attempt that ended got an answer
-	failures  int       // attempts without an answer since the last answer
+	failures  int       // the attempt that opened the circuit and each probe that failed since
 	notBefore time.Time // while failing: no attempt starts before
 }
 
