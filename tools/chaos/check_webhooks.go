@@ -348,7 +348,9 @@ func resendViolations(attempts []hookAttempt, acked map[string]string, reds []re
 					}
 				}
 			}
-			if ack != nil {
+			// A request sent before the acknowledged attempt but read after it (the stopped
+			// receiver's backlog has no order) is no copy.
+			if ack != nil && !sentBefore(*a, *ack) {
 				when := "after"
 				if a.At.Before(ack.Done) {
 					when = "while it was still being answered (two at once), before"
@@ -362,6 +364,15 @@ func resendViolations(attempts []hookAttempt, acked map[string]string, reds []re
 		}
 	}
 	return vs
+}
+
+// sentBefore reports whether a, handled by the receiver after ack, was sent before it: a
+// request a pause held (in flight when the receiver process stopped, or queued in its backlog
+// meanwhile) whose attempt number is smaller than the acknowledged one's. A copy sent after
+// the acknowledgement has a larger attempt number (each claim counts one), and one sent beside
+// it by a second sender does too, so neither is excused.
+func sentBefore(a, ack hookAttempt) bool {
+	return a.Attempt > 0 && ack.Attempt > 0 && a.Attempt < ack.Attempt && strings.Contains(a.Fault, "paused")
 }
 
 func summaries(as []hookAttempt) string {
