@@ -168,7 +168,7 @@ func (m *merchant) readSecrets() []hookSecret {
 	return out
 }
 
-// killProc kills the receiver process with SIGKILL: the kernel closes its sockets, the
+// kill kills the receiver process with SIGKILL: the kernel closes its sockets, the
 // requests in flight are never answered, a commit it made stands.
 func (p *receiverProc) kill() {
 	p.srv.kill()
@@ -184,7 +184,7 @@ func (p *receiverProc) restart() error {
 	return p.srv.start(ctx)
 }
 
-// pause stops the process with SIGSTOP; resume continues it with SIGCONT.
+// pause stops the process with SIGSTOP and opens a pause's window.
 func (p *receiverProc) pause() {
 	p.mu.Lock()
 	p.pauses = append(p.pauses, [2]time.Time{time.Now()})
@@ -192,6 +192,7 @@ func (p *receiverProc) pause() {
 	p.srv.signal(syscall.SIGSTOP)
 }
 
+// resume continues the process with SIGCONT and closes the pause's window.
 func (p *receiverProc) resume() {
 	p.srv.signal(syscall.SIGCONT)
 	p.mu.Lock()
