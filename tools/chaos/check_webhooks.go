@@ -463,7 +463,8 @@ func (c *checker) checkWebhookDeliveries(ctx context.Context, evs []committedEve
 
 	// The feed's lag: each event's creation (on its instance's clock; the skewed instance's
 	// taken back by its known offset) to its fan-out, which stamps the delivery's created_at
-	// with the database's clock in the sequencing transaction.
+	// with the database's clock in the fan-out transaction, right after the sequencing one
+	// (never before the event's place in the feed).
 	var lags []eventLag
 	rows, err = c.db.QueryContext(ctx, `SELECT CAST(e.id AS CHAR), e.type, e.created_at, d.created_at FROM events e JOIN webhook_deliveries d ON d.event_id = e.id AND d.endpoint_id = ?`, endpoint)
 	if err != nil {
