@@ -33,6 +33,7 @@ type Metrics struct {
 	attempts *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	sequence prometheus.Histogram
+	circuit  *prometheus.GaugeVec
 }
 
 // NewMetrics registers the webhook metrics with reg; the gauges read db at each scrape.
@@ -52,8 +53,12 @@ func NewMetrics(reg prometheus.Registerer, db *gorm.DB) *Metrics {
 			Help:    "Time from an event's creation in its business transaction to its place in the events feed, per event this instance sequenced.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}),
+		circuit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "oncepay_webhook_circuit_open",
+			Help: "1 while this instance's circuit for the endpoint is open (its last attempt got no answer: one probe at a time, after a back-off), 0 once an answer closed it.",
+		}, []string{"endpoint_id"}),
 	}
-	reg.MustRegister(m.attempts, m.latency, m.sequence, &queueCollector{db: db})
+	reg.MustRegister(m.attempts, m.latency, m.sequence, m.circuit, &queueCollector{db: db})
 	return m
 }
 
@@ -65,6 +70,18 @@ func (m *Metrics) attempt(endpoint int64, r result) {
 	label := ids.Format(endpoint)
 	m.attempts.WithLabelValues(label, r.outcome).Inc()
 	m.latency.WithLabelValues(label).Observe(r.latency.Seconds())
+}
+
+// circuitOpen sets endpoint's circuit gauge.
+func (m *Metrics) circuitOpen(endpoint int64, open bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if open {
+		v = 1
+	}
+	m.circuit.WithLabelValues(ids.Format(endpoint)).Set(v)
 }
 
 // sequenced observes the delay of each event of a batch placed in the feed at now.

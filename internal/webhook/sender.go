@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,8 +93,13 @@ const SnippetBytes = 512
 //
 // Each endpoint is its own queue: a sender has at most PerEndpoint attempts in flight to one
 // endpoint and claims a delivery only when one of that endpoint's slots is free, right before
-// sending it. A receiver that hangs holds its own slots and nothing else: the other
-// endpoints' deliveries are claimed and sent as if it were not there. And a claimed delivery
+// sending it. A receiver that hangs holds its own slots and little else: its circuit opens
+// (capacity.go) — one attempt at a time, after a back-off — and hanging endpoints together
+// hold at most a quarter of the sender's MaxInFlight, while endpoints that answer are claimed
+// first in every round and started as soon as each is claimed. With 150 hung endpoints
+// retried every second, each of them took 8 attempts in flight, a claiming round of
+// hundreds of sequential claims took up to 2.7 s, the attempts queued for the database pool,
+// and a healthy receiver got its events 6.7 s late (p50; issue 27). And a claimed delivery
 // never waits for a slot, so its lease is spent on its attempt alone; a heartbeat renews the
 // lease while the attempt and its record last, so that no other sender takes it meanwhile —
 // a delivery sent twice at once, a retry sent before its pause, an attempt answered 2xx sent
@@ -114,8 +121,18 @@ type Sender struct {
 	// renews it every Lease/3 while the attempt is in flight, so it bounds how long a killed
 	// sender's delivery waits for another one (default 2 × Timeout + 5 s).
 	Lease time.Duration
-	// PerEndpoint is the most attempts this sender has in flight to one endpoint.
+	// PerEndpoint is the most attempts this sender has in flight to one endpoint that answers.
 	PerEndpoint int
+	// MaxInFlight is the most attempts this sender has in flight in all: it bounds the
+	// goroutines, connections and database work of attempts. Endpoints not heard from yet
+	// and failing ones together hold at most half of it, failing ones at most a quarter, so
+	// that the rest is always there for the endpoints that answer.
+	MaxInFlight int
+	// Backoff is the pause after an attempt that got no answer before the endpoint's next
+	// attempt; it doubles with each further one, up to MaxBackoff, and an answer resets it.
+	// It only delays deliveries, never spends their attempts: each delivery's schedule still
+	// counts from its own attempts.
+	Backoff, MaxBackoff time.Duration
 	// BatchSize is the most deliveries of one endpoint claimed per poll.
 	BatchSize int
 	// Jitter spreads a pause so that a receiver coming back is not hit by every retry at
@@ -124,9 +141,12 @@ type Sender struct {
 	// Metrics counts the attempts; nil counts nothing.
 	Metrics *Metrics
 
-	mu   sync.Mutex
-	busy map[int64]int // attempts in flight (claimed, not yet recorded) per endpoint
-	wake chan struct{}
+	mu          sync.Mutex
+	health      map[int64]*health // per endpoint: attempts in flight and circuit (capacity.go)
+	inFlight    int               // attempts in flight in all
+	unproven    int               // of which to endpoints not proven when claimed
+	failingHeld int               // of which to failing endpoints
+	wake        chan struct{}
 }
 
 // NewSender returns a sender on db whose failures end as webhook_failing anomalies.
@@ -138,9 +158,10 @@ func NewSender(db *gorm.DB, gen *ids.Generator, anomalies *anomaly.Recorder, sch
 		// Public addresses only, checked on every connection, and no redirect followed
 		// (dial.go); UsePolicy sets the deployment's policy.
 		client:   AddressPolicy{}.Client(),
-		Schedule: schedule, Timeout: timeout, Lease: 2*timeout + 5*time.Second, PerEndpoint: 8, BatchSize: 100,
+		Schedule: schedule, Timeout: timeout, Lease: 2*timeout + 5*time.Second,
+		PerEndpoint: 8, MaxInFlight: 512, BatchSize: 100, Backoff: time.Second, MaxBackoff: time.Minute,
 		Jitter: func(d time.Duration) time.Duration { return time.Duration(float64(d) * (0.8 + 0.4*mrand.Float64())) },
-		busy:   map[int64]int{}, wake: make(chan struct{}, 1),
+		health: map[int64]*health{}, wake: make(chan struct{}, 1),
 	}
 }
 
@@ -152,11 +173,13 @@ type Claimed struct {
 	// skew is the database's clock minus this instance's, as Claim read them: send signs the
 	// attempt with the database's time, clock.Now() + skew, not the instance's own.
 	skew time.Duration
+	// class is the endpoint's class when its slot was taken: Done gives the slot back to it.
+	class class
 }
 
 // Claim takes the leases of due deliveries — pending, due, unleased or with an expired
-// lease, of an endpoint that is not disabled — as many per endpoint as the endpoint has free
-// slots (PerEndpoint, at most BatchSize), oldest due first, and returns them, each holding one
+// lease, of an endpoint that is not disabled — as many per endpoint as the endpoint has room
+// for (capacity.go; at most BatchSize), oldest due first, and returns them, each holding one
 // slot of its endpoint until Done. Each claim is a conditional UPDATE carrying the attempt
 // count the candidate was read with: of two senders that read the same candidate only one
 // matches, and rows affected decides. "Now" is the database's clock, read once per claim:
@@ -164,39 +187,87 @@ type Claimed struct {
 // a sender whose own clock runs ahead takes no lease that is still held (docs/chaos.md,
 // "Clock skew").
 func (s *Sender) Claim(ctx context.Context) ([]Claimed, error) {
+	var out []Claimed
+	_, err := s.claimEach(ctx, func(c Claimed) { out = append(out, c) })
+	return out, err
+}
+
+// claimEach is Claim handing each delivery to start as soon as it is claimed, the endpoints
+// that answer first: a healthy endpoint's attempt does not wait for the rest of the round.
+// It returns how many it claimed.
+func (s *Sender) claimEach(ctx context.Context, start func(Claimed)) (int, error) {
 	now, err := database.Now(ctx, s.db)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	skew := now.Sub(clock.Now())
-	var endpoints []int64
-	if err := s.due(ctx, now).Distinct().Pluck("webhook_deliveries.endpoint_id", &endpoints).Error; err != nil {
-		return nil, err
+	local := time.Now() // the circuits' clock: this instance's own, monotonic
+	q := s.due(ctx, now)
+	if full := s.full(local); len(full) > 0 && len(full) <= 1000 {
+		q = q.Where("webhook_deliveries.endpoint_id NOT IN ?", full) // no room: not worth a look
 	}
-	var out []Claimed
-	for _, ep := range endpoints {
-		free := s.free(ep)
+	var endpoints []int64
+	if err := q.Distinct().Pluck("webhook_deliveries.endpoint_id", &endpoints).Error; err != nil {
+		return 0, err
+	}
+	n, others := 0, 0
+	for _, ep := range s.byClass(endpoints) {
+		if others >= roundOthers {
+			break // Run comes back at once, and serves the endpoints that answer first again
+		}
+		free := s.free(ep, local)
 		if free == 0 {
-			continue // a receiver still busy with this sender's attempts: its own queue waits
+			continue // busy with this sender's attempts, or its circuit open: its own queue waits
 		}
 		var due []Delivery
 		err := s.due(ctx, now).Where("webhook_deliveries.endpoint_id = ?", ep).
 			Order("webhook_deliveries.next_attempt_at").Limit(free).
 			Select("webhook_deliveries.*").Find(&due).Error
 		if err != nil {
-			return out, err
+			return n, err
 		}
 		for _, d := range due {
-			c, ok, err := s.claim(ctx, d, now, skew)
+			c, ok, err := s.claim(ctx, d, now, skew, local)
 			if err != nil {
-				return out, err
+				return n, err
 			}
 			if ok {
-				out = append(out, c)
+				n++
+				if c.class != proven {
+					others++
+				}
+				start(c)
 			}
 		}
 	}
-	return out, nil
+	return n, nil
+}
+
+// roundOthers is the most deliveries of endpoints not proven that one claiming round takes:
+// each claim is a round trip or two to the database, and a round that claimed a probe for
+// each of 150 failing endpoints kept a healthy one's next event waiting until it ended.
+const roundOthers = 16
+
+// byClass orders endpoints proven first, then unheard, then failing, and within a class the
+// ones with fewer attempts in flight first, so that a round serves the receivers that answer
+// before it spends its time on the others. Ties are in random order: after a restart every
+// endpoint is unheard, and a healthy one whose id sorts last waited for every other's claim.
+func (s *Sender) byClass(endpoints []int64) []int64 {
+	mrand.Shuffle(len(endpoints), func(i, j int) { endpoints[i], endpoints[j] = endpoints[j], endpoints[i] })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rank := func(ep int64) (int, int) {
+		if h := s.health[ep]; h != nil {
+			return int(h.class()), h.busy
+		}
+		return int(unheard), 0
+	}
+	slices.SortStableFunc(endpoints, func(a, b int64) int {
+		ca, ba := rank(a)
+		cb, bb := rank(b)
+		return cmp.Or(ca-cb, ba-bb)
+	})
+	return endpoints
 }
 
 // due is the query of the deliveries due at now that no live lease holds, of endpoints that
@@ -208,8 +279,13 @@ func (s *Sender) due(ctx context.Context, now time.Time) *gorm.DB {
 		Where("webhook_deliveries.locked_until IS NULL OR webhook_deliveries.locked_until < ?", now)
 }
 
-// claim takes d's lease by the conditional UPDATE, and one slot of its endpoint with it.
-func (s *Sender) claim(ctx context.Context, d Delivery, now time.Time, skew time.Duration) (Claimed, bool, error) {
+// claim takes one slot of d's endpoint, if it has room at local, and d's lease by the
+// conditional UPDATE; a lost claim gives the slot back.
+func (s *Sender) claim(ctx context.Context, d Delivery, now time.Time, skew time.Duration, local time.Time) (Claimed, bool, error) {
+	cls, ok := s.reserve(d.EndpointID, local)
+	if !ok {
+		return Claimed{}, false, nil
+	}
 	token := s.holder + "-" + strconv.FormatInt(s.ids.Next(), 36)
 	until := now.Add(s.Lease)
 	res := s.db.WithContext(ctx).Model(&Delivery{}).
@@ -220,31 +296,18 @@ func (s *Sender) claim(ctx context.Context, d Delivery, now time.Time, skew time
 			"attempts": gorm.Expr("attempts + 1"), "round_attempts": gorm.Expr("round_attempts + 1"),
 		})
 	if res.Error != nil || res.RowsAffected != 1 {
+		s.release(d.EndpointID, cls)
 		return Claimed{}, false, res.Error
 	}
 	d.Attempts++
 	d.RoundAttempts++
 	d.LockedUntil, d.LockedBy = &until, &token
-	s.mu.Lock()
-	s.busy[d.EndpointID]++
-	s.mu.Unlock()
-	return Claimed{Delivery: d, Token: token, skew: skew}, true, nil
-}
-
-// free is how many more attempts this sender may start to endpoint now.
-func (s *Sender) free(endpoint int64) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return max(0, min(max(1, s.PerEndpoint)-s.busy[endpoint], s.BatchSize))
+	return Claimed{Delivery: d, Token: token, skew: skew, class: cls}, true, nil
 }
 
 // Done gives back the slot c held: its endpoint may be sent another attempt.
 func (s *Sender) Done(c Claimed) {
-	s.mu.Lock()
-	if s.busy[c.EndpointID]--; s.busy[c.EndpointID] <= 0 {
-		delete(s.busy, c.EndpointID)
-	}
-	s.mu.Unlock()
+	s.release(c.EndpointID, c.class)
 	s.Nudge()
 }
 
@@ -266,14 +329,11 @@ func (s *Sender) Run(ctx context.Context, interval time.Duration) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for ctx.Err() == nil {
-		claimed, err := s.Claim(ctx)
+		n, err := s.claimEach(ctx, func(c Claimed) { wg.Go(func() { s.deliverDone(ctx, c) }) })
 		if err != nil && ctx.Err() == nil {
 			slog.WarnContext(ctx, "webhook sender", "err", err)
 		}
-		for _, c := range claimed {
-			wg.Go(func() { s.deliverDone(ctx, c) })
-		}
-		if len(claimed) > 0 {
+		if n > 0 {
 			continue // some endpoint may have more due and slots to spare
 		}
 		select {
@@ -334,6 +394,9 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 	defer release()
 	res := s.send(held, e, ev, c.Attempts, c.skew)
 	sending.Store(false)
+	if held.Err() == nil {
+		s.observe(e.ID, c.class, res.outcome, time.Now())
+	}
 	s.Metrics.attempt(e.ID, res)
 	return s.record(context.WithoutCancel(ctx), c, e, res)
 }

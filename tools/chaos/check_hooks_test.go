@@ -159,3 +159,25 @@ func TestRequestOfA2xxBody(t *testing.T) {
 		t.Errorf("a cut snippet: %q", got)
 	}
 }
+
+// TestResendExcusesOnlyAnEarlierAttemptAPauseHeld: a stopped receiver process reads its backlog
+// in no order, so a request sent before the acknowledged attempt (a smaller
+// Oncepay-Delivery-Attempt) and held by the pause may be read after it — no copy. The same
+// late read of a larger attempt number, or of a smaller one outside a pause, is.
+func TestResendExcusesOnlyAnEarlierAttemptAPauseHeld(t *testing.T) {
+	held := func(id, event string, s float64, attempt int, fault string, answer int) hookAttempt {
+		a := req(id, event, s, 0.1, answer)
+		a.Attempt, a.Fault = attempt, fault
+		return a
+	}
+	attempts := []hookAttempt{
+		held("r1", "E1", 5, 2, "paused", 200), held("r2", "E1", 5.01, 1, "paused", 200), // excused
+		held("r3", "E2", 5, 2, "paused", 200), held("r4", "E2", 5.01, 3, "paused", 200), // sent after
+		held("r5", "E3", 5, 2, "", 200), held("r6", "E3", 5.01, 1, "", 200), // no pause to explain it
+	}
+	acked := map[string]string{"r1": "attempt 2", "r3": "attempt 2", "r5": "attempt 2"}
+	vs := resendViolations(attempts, acked, nil)
+	if got := named(vs, "E1", "E2", "E3"); !slices.Equal(got, []string{"E2", "E3"}) {
+		t.Errorf("named %v, want E2 and E3; violations:\n%s", got, strings.Join(vs, "\n"))
+	}
+}

@@ -348,7 +348,9 @@ func resendViolations(attempts []hookAttempt, acked map[string]string, reds []re
 					}
 				}
 			}
-			if ack != nil {
+			// A request sent before the acknowledged attempt but read after it (the stopped
+			// receiver's backlog has no order) is no copy.
+			if ack != nil && !sentBefore(*a, *ack) {
 				when := "after"
 				if a.At.Before(ack.Done) {
 					when = "while it was still being answered (two at once), before"
@@ -362,6 +364,15 @@ func resendViolations(attempts []hookAttempt, acked map[string]string, reds []re
 		}
 	}
 	return vs
+}
+
+// sentBefore reports whether a, handled by the receiver after ack, was sent before it: a
+// request a pause held (in flight when the receiver process stopped, or queued in its backlog
+// meanwhile) whose attempt number is smaller than the acknowledged one's. A copy sent after
+// the acknowledgement has a larger attempt number (each claim counts one), and one sent beside
+// it by a second sender does too, so neither is excused.
+func sentBefore(a, ack hookAttempt) bool {
+	return a.Attempt > 0 && ack.Attempt > 0 && a.Attempt < ack.Attempt && strings.Contains(a.Fault, "paused")
 }
 
 func summaries(as []hookAttempt) string {
@@ -452,7 +463,8 @@ func (c *checker) checkWebhookDeliveries(ctx context.Context, evs []committedEve
 
 	// The feed's lag: each event's creation (on its instance's clock; the skewed instance's
 	// taken back by its known offset) to its fan-out, which stamps the delivery's created_at
-	// with the database's clock in the sequencing transaction.
+	// with the database's clock in the fan-out transaction, right after the sequencing one
+	// (never before the event's place in the feed).
 	var lags []eventLag
 	rows, err = c.db.QueryContext(ctx, `SELECT CAST(e.id AS CHAR), e.type, e.created_at, d.created_at FROM events e JOIN webhook_deliveries d ON d.event_id = e.id AND d.endpoint_id = ?`, endpoint)
 	if err != nil {

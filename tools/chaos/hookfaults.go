@@ -13,13 +13,12 @@ import (
 )
 
 // The merchant receiver's faults (docs/chaos.md, "The merchant's receiver"). The receiver is a
-// listener of the chaos process (receiver.go), not a process of its own: its log of requests,
-// its secrets and its faults live there, so a kill tears its listener down — every open
-// connection cut, every answer in flight dropped — and listens again on the same port, and a
-// pause holds every request unanswered, as SIGSTOP would.
+// process of its own (receiverproc.go): a kill is SIGKILL — the kernel closes its sockets,
+// every answer in flight is lost — and a start of the same command on the same port 0.5–2.5 s
+// later; a pause is SIGSTOP past the attempt timeout, then SIGCONT.
 const (
-	faultKillReceiver  = "kill_receiver"  // tear the receiver down mid-traffic, listen again on its port 0.5–2.5 s later
-	faultPauseReceiver = "pause_receiver" // hold every request unanswered past the attempt timeout, then answer
+	faultKillReceiver  = "kill_receiver"  // SIGKILL the receiver mid-traffic, start it again on its port 0.5–2.5 s later
+	faultPauseReceiver = "pause_receiver" // SIGSTOP the receiver past the attempt timeout, then SIGCONT
 )
 
 // The operator's webhook actions the run takes once each, mid-run, recorded like faults.
@@ -86,17 +85,17 @@ func (f *faulter) injectReceiver(ctx context.Context, kind string) bool {
 	switch kind {
 	case faultKillReceiver:
 		m.kill()
-		f.record(kind, "the receiver's listener and open connections torn down, answers in flight dropped", nil)
+		f.record(kind, "the receiver process killed with SIGKILL, answers in flight lost", nil)
 		sleepCtx(ctx, time.Duration(500+mrand.IntN(2000))*time.Millisecond)
 		err := m.restart()
-		f.record(kind+"_healed", "the receiver listens again on "+m.addr, err)
+		f.record(kind+"_healed", "the receiver process started again on "+m.addr, err)
 	case faultPauseReceiver:
 		pause := hookTimeout + time.Duration(1000+mrand.IntN(1500))*time.Millisecond
 		m.pause()
-		f.record(kind, fmt.Sprintf("the receiver holds every request unanswered for %s (attempt timeout %s)", pause, hookTimeout), nil)
+		f.record(kind, fmt.Sprintf("the receiver process stopped with SIGSTOP for %s (attempt timeout %s)", pause, hookTimeout), nil)
 		sleepCtx(context.WithoutCancel(ctx), pause)
 		m.resume()
-		f.record(kind+"_healed", "the receiver answers again", nil)
+		f.record(kind+"_healed", "the receiver process continued with SIGCONT", nil)
 	default:
 		return false
 	}

@@ -16,12 +16,19 @@ import (
 	okafka "github.com/oncepay/oncepay/internal/platform/kafka"
 )
 
-// TestMain lets the test binary serve as the run's Kafka broker, as tools/cmd/chaos does: the
-// world starts its own executable with BrokerCommand (kafka.go), which is this binary in tests.
+// TestMain lets the test binary serve as the run's Kafka broker and merchant receiver, as
+// tools/cmd/chaos does: the world starts its own executable with BrokerCommand (kafka.go) or
+// ReceiverCommand (receiverproc.go), which is this binary in tests.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == BrokerCommand {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := BrokerMain(ctx, os.Args[2:], os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	if len(os.Args) > 1 && os.Args[1] == ReceiverCommand {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := ReceiverMain(ctx, os.Args[2:], os.Stderr)
 		stop()
 		os.Exit(code)
 	}

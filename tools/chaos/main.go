@@ -185,7 +185,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	if err := w.exec(ctx, "", "CREATE DATABASE IF NOT EXISTS merchant"); err != nil {
 		return 2, fmt.Errorf("the receiver's database: %w", err)
 	}
-	m, err := startMerchant(ctx, w.mysqlDSN("merchant"))
+	m, err := startMerchantProcess(ctx, dir, w.mysqlDSN("merchant"))
 	if err != nil {
 		return 2, fmt.Errorf("start the receiver: %w", err)
 	}

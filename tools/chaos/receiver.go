@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,10 @@ type hookAttempt struct {
 	ID string `json:"id"`
 	// EventID is the webhook-id header: the event's id, the same on every attempt.
 	EventID string `json:"event_id"`
+	// Attempt is the Oncepay-Delivery-Attempt header: 1, 2, … for each attempt ever sent of
+	// the delivery, so that the checker knows which of two requests was sent first when the
+	// receiver read them in another order (a stopped process's backlog).
+	Attempt int `json:"attempt,omitempty"`
 	// BodyHash is the hex SHA-256 of the raw body.
 	BodyHash string `json:"body_hash"`
 	// SigValid says both signatures verified: webhook-signature (Standard Webhooks) and the
@@ -67,8 +72,8 @@ type hookAttempt struct {
 
 // hookSecret is a secret the receiver accepts, until Until (zero: for ever).
 type hookSecret struct {
-	secret string
-	until  time.Time
+	Secret string    `json:"secret"`
+	Until  time.Time `json:"until"`
 }
 
 // merchant is the merchant's receiver the chaos run registers as a webhook endpoint: an HTTP
@@ -77,10 +82,10 @@ type hookSecret struct {
 // transaction as its effect (a row of effects), in a database of its own (the schema
 // merchant on the run's MariaDB). It is faulty on purpose: some attempts it processes and
 // then leaves unanswered until the sender gives up (a lost 2xx), some it answers 500 without
-// processing, some it answers slowly. The run also kills it (kill: its listener and every
-// open connection torn down, the answers in flight never written, then a new listener on the
-// same port) and pauses it (pause: every request, new or in flight, held unanswered past the
-// attempt timeout). It logs every request it was sent.
+// processing, some it answers slowly. The run serves it as a process of its own
+// (receiverproc.go) that it kills with SIGKILL and stops with SIGSTOP; in tests it may also
+// serve in process, where kill tears its listener and every open connection down and pause
+// holds every request unanswered. It logs every request it was sent.
 type merchant struct {
 	db   *sql.DB
 	addr string
@@ -89,6 +94,8 @@ type merchant struct {
 	srv  *http.Server
 	// gen counts the listener's lives: a request of an earlier life was killed with it.
 	gen int
+	// arrived counts the requests the receiver process has taken.
+	arrived int
 	// paused is closed when a pause ends; nil while the receiver runs.
 	paused chan struct{}
 	// secrets are the endpoint's signing secrets the receiver accepts (two during a
@@ -96,23 +103,24 @@ type merchant struct {
 	secrets  []hookSecret
 	rnd      func() float64
 	attempts []hookAttempt
+
+	// proc is the receiver's own process (receiverproc.go) when the run started one: kill,
+	// pause and the log act on it. Nil in the process itself and in tests.
+	proc *receiverProc
+	// journal, in the receiver process, takes each request as it arrives and as its answer
+	// is decided; idPrefix makes its request ids unique across the process's lives.
+	journal  io.Writer
+	idPrefix string
+	// secretsFile is where the run hands the secrets to the receiver process.
+	secretsFile string
 }
 
 // startMerchant creates the receiver's tables in the schema merchant and serves on a free
 // loopback port. Its secret is set once the endpoint is registered.
 func startMerchant(ctx context.Context, dsn string) (*merchant, error) {
-	db, err := sql.Open("mysql", dsn)
+	db, err := openMerchantDB(ctx, dsn)
 	if err != nil {
 		return nil, err
-	}
-	for _, q := range []string{
-		`CREATE TABLE IF NOT EXISTS processed_events (event_id VARCHAR(32) NOT NULL PRIMARY KEY, type VARCHAR(64) NOT NULL, processed_at DATETIME(6) NOT NULL) ENGINE=InnoDB`,
-		`CREATE TABLE IF NOT EXISTS effects (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, event_id VARCHAR(32) NOT NULL, type VARCHAR(64) NOT NULL, KEY idx_effects_event (event_id)) ENGINE=InnoDB`,
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			db.Close()
-			return nil, err
-		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -138,6 +146,10 @@ func (m *merchant) serve(l net.Listener) {
 // kill tears the receiver down the way kill -9 does to a process: the listener and every open
 // connection closed at once, the answers being prepared never written.
 func (m *merchant) kill() {
+	if m.proc != nil {
+		m.proc.kill()
+		return
+	}
 	m.mu.Lock()
 	srv := m.srv
 	m.gen++ // the requests in flight belong to a dead life from now on
@@ -148,6 +160,9 @@ func (m *merchant) kill() {
 // restart listens again on the receiver's port (the port of a restarted process): tried for
 // up to 5 s, as the port may still be held for a moment.
 func (m *merchant) restart() error {
+	if m.proc != nil {
+		return m.proc.restart()
+	}
 	var err error
 	for range 50 {
 		var l net.Listener
@@ -163,6 +178,10 @@ func (m *merchant) restart() error {
 // pause holds every request — those that arrive and those in flight — unanswered until
 // resume, as SIGSTOP holds a process: the kernel accepts the connections, nothing answers.
 func (m *merchant) pause() {
+	if m.proc != nil {
+		m.proc.pause()
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.paused == nil {
@@ -172,6 +191,10 @@ func (m *merchant) pause() {
 
 // resume ends a pause.
 func (m *merchant) resume() {
+	if m.proc != nil {
+		m.proc.resume()
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.paused != nil {
@@ -201,6 +224,11 @@ func (m *merchant) alive(gen int) bool {
 
 // close stops the server and closes the database.
 func (m *merchant) close() {
+	if m.proc != nil {
+		m.proc.close()
+		_ = m.db.Close()
+		return
+	}
 	m.resume()
 	m.mu.Lock()
 	srv := m.srv
@@ -239,35 +267,50 @@ func (m *merchant) register(ctx context.Context, base, adminKey string) (string,
 // setSecret makes secret the one the receiver accepts, alone.
 func (m *merchant) setSecret(secret string) {
 	m.mu.Lock()
-	m.secrets = []hookSecret{{secret: secret}}
+	m.secrets = []hookSecret{{Secret: secret}}
 	m.mu.Unlock()
+	m.handOver()
+}
+
+// handOver writes the secrets for the receiver process, if there is one.
+func (m *merchant) handOver() {
+	if m.proc != nil {
+		if err := m.writeSecrets(); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: hand the secrets to the receiver:", err)
+		}
+	}
 }
 
 // rotated takes the secret a rotation made: from now on it is accepted, and the ones held
 // before only until graceEnd.
 func (m *merchant) rotated(secret string, graceEnd time.Time) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	next := []hookSecret{{secret: secret}}
+	next := []hookSecret{{Secret: secret}}
 	for _, s := range m.secrets {
-		if s.secret != secret {
-			if s.until.IsZero() || s.until.After(graceEnd) {
-				s.until = graceEnd
+		if s.Secret != secret {
+			if s.Until.IsZero() || s.Until.After(graceEnd) {
+				s.Until = graceEnd
 			}
 			next = append(next, s)
 		}
 	}
 	m.secrets = next
+	m.mu.Unlock()
+	m.handOver()
 }
 
 // valid is the secrets accepted at now.
 func (m *merchant) valid(now time.Time) []string {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	secrets := m.secrets
+	m.mu.Unlock()
+	if m.secretsFile != "" && m.proc == nil {
+		secrets = m.readSecrets() // the receiver process: as the run handed them over
+	}
 	var out []string
-	for _, s := range m.secrets {
-		if s.until.IsZero() || now.Before(s.until) {
-			out = append(out, s.secret)
+	for _, s := range secrets {
+		if s.Until.IsZero() || now.Before(s.Until) {
+			out = append(out, s.Secret)
 		}
 	}
 	return out
@@ -280,6 +323,13 @@ func (m *merchant) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	gen, rnd := m.gen, m.rnd
 	m.mu.Unlock()
 	a := hookAttempt{At: time.Now(), EventID: r.Header.Get("webhook-id")}
+	a.Attempt, _ = strconv.Atoi(r.Header.Get("Oncepay-Delivery-Attempt"))
+	if m.journal != nil {
+		m.mu.Lock()
+		m.arrived++
+		a.ID = m.idPrefix + strconv.Itoa(m.arrived) // the receiver process's: unique across its lives
+		m.mu.Unlock()
+	}
 	paused := m.hold()
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
@@ -296,6 +346,13 @@ func (m *merchant) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Type    string `json:"type"`
 	}
 	_ = json.Unmarshal(body, &ev)
+	if m.journal != nil {
+		// The receiver process: a line before anything is done, with the body's hash and the
+		// signatures' verdict, so that a kill -9 leaves the request in the journal.
+		m.mu.Lock()
+		m.record(a, false)
+		m.mu.Unlock()
+	}
 	switch {
 	case !a.SigValid:
 		m.answer(w, a, gen, http.StatusBadRequest, "")
@@ -351,8 +408,14 @@ func (m *merchant) answer(w http.ResponseWriter, a hookAttempt, gen, status int,
 	}
 	a.Answer = status
 	m.mu.Lock()
-	a.ID = "r" + strconv.Itoa(len(m.attempts)+1)
-	m.attempts = append(m.attempts, a)
+	if a.ID == "" {
+		a.ID = "r" + strconv.Itoa(len(m.attempts)+1)
+	}
+	if m.journal != nil {
+		m.record(a, true)
+	} else {
+		m.attempts = append(m.attempts, a)
+	}
 	m.mu.Unlock()
 	switch {
 	case status == 0 && a.Fault != "lost_2xx":
@@ -400,6 +463,9 @@ func (m *merchant) process(ctx context.Context, id, typ string) (dup bool, err e
 
 // snapshot returns the attempts seen so far.
 func (m *merchant) snapshot() []hookAttempt {
+	if m.proc != nil {
+		return m.proc.snapshot()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]hookAttempt(nil), m.attempts...)

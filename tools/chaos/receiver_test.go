@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +171,86 @@ func TestMerchantKilledPausedRotated(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	if status, _ := send(oldSecret, time.Second); status != http.StatusBadRequest {
 		t.Errorf("signed with the old secret after the grace: %d, want 400", status)
+	}
+}
+
+// TestMerchantProcessKilledAndStopped: the receiver as a process of its own answers with ids
+// unique across its lives, is refused by the kernel once killed -9, answers again when
+// restarted on its port, and holds a request unanswered while stopped (SIGSTOP) — the journal
+// says which request was killed and which paused, and the secrets handed over reach it.
+func TestMerchantProcessKilledAndStopped(t *testing.T) {
+	testenv.RequireMySQL(t)
+	_, dsn := testenv.DBWithDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m, err := startMerchantProcess(ctx, t.TempDir(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.close()
+	const secret = "whsec_b2xk"
+	m.setSecret(secret)
+	n := 0
+	send := func(timeout time.Duration) (int, string) {
+		t.Helper()
+		n++
+		id := fmt.Sprint("E", n)
+		body := fmt.Appendf(nil, `{"event_id":%q,"type":"order.paid","data":{}}`, id)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(body))
+		req.Header.Set("Oncepay-Event-Id", id)
+		req.Header.Set("Oncepay-Delivery-Attempt", "1")
+		req.Header.Set("Oncepay-Signature", webhook.Sign([]string{secret}, time.Now(), body))
+		req.Header.Set("webhook-id", id)
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(time.Now().Unix(), 10))
+		req.Header.Set("webhook-signature", webhook.SignStandard([]string{secret}, id, time.Now(), body))
+		resp, err := (&http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+		if err != nil {
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b := new(bytes.Buffer)
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	// Up to three tries: the receiver's own faults (500, slow, lost 2xx) strike some.
+	ok := func(what string) string {
+		t.Helper()
+		for range 5 {
+			if status, body := send(3 * time.Second); status == http.StatusOK {
+				return requestOf(body)
+			}
+		}
+		t.Fatalf("%s: no 200 in 5 requests", what)
+		return ""
+	}
+	first := ok("first life")
+	m.kill()
+	if status, _ := send(time.Second); status != 0 {
+		t.Fatalf("a killed receiver answered %d", status)
+	}
+	if err := m.restart(); err != nil {
+		t.Fatal(err)
+	}
+	second := ok("second life")
+	if first == "" || second == "" || strings.SplitN(first, ".", 2)[0] == strings.SplitN(second, ".", 2)[0] {
+		t.Fatalf("request ids %q and %q: want each life's own prefix", first, second)
+	}
+	m.pause()
+	if status, _ := send(500 * time.Millisecond); status != 0 {
+		t.Fatalf("a stopped receiver answered %d", status)
+	}
+	m.resume()
+	time.Sleep(500 * time.Millisecond)
+	var paused int
+	for _, a := range m.snapshot() {
+		if strings.Contains(a.Fault, "paused") {
+			paused++
+		}
+		if a.Attempt != 1 || !a.SigValid {
+			t.Errorf("request %s: attempt %d, signature valid %v", a.ID, a.Attempt, a.SigValid)
+		}
+	}
+	if paused == 0 {
+		t.Errorf("no request marked paused in %+v", m.snapshot())
 	}
 }

@@ -1,7 +1,8 @@
 // Command chaos runs the chaos world — private servers, three oncepay instances, faults — and
 // checks the history it recorded (tools/chaos; docs/chaos.md). "chaos kafka-broker -addr … -data …"
-// serves the run's Kafka broker instead (chaos.BrokerMain): the run starts its own executable
-// that way, as a process of its own that it kills -9 and starts again.
+// serves the run's Kafka broker instead (chaos.BrokerMain), and "chaos hook-receiver …" the
+// merchant's webhook receiver (chaos.ReceiverMain): the run starts its own executable that
+// way, as processes of their own that it kills -9, stops and starts again.
 package main
 
 import (
@@ -19,6 +20,9 @@ func main() {
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == chaos.BrokerCommand {
 		os.Exit(chaos.BrokerMain(ctx, os.Args[2:], os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == chaos.ReceiverCommand {
+		os.Exit(chaos.ReceiverMain(ctx, os.Args[2:], os.Stderr))
 	}
 	code, err := chaos.Run(ctx, os.Args[1:], os.Stdout)
 	if err != nil {
