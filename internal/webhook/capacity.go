@@ -84,6 +84,13 @@ func (s *Sender) free(endpoint int64, now time.Time) int {
 	return min(s.room(s.entry(endpoint), now), s.BatchSize)
 }
 
+// probing reports whether endpoint's next attempt is a probe: its circuit is open.
+func (s *Sender) probing(endpoint int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entry(endpoint).class() == failing
+}
+
 // full lists the endpoints that have no room now, for the claim's query to leave out.
 func (s *Sender) full(now time.Time) []int64 {
 	s.mu.Lock()

@@ -219,9 +219,17 @@ func (s *Sender) claimEach(ctx context.Context, start func(Claimed)) (int, error
 		if free == 0 {
 			continue // busy with this sender's attempts, or its circuit open: its own queue waits
 		}
+		// An endpoint not answering gets one attempt, a probe: the delivery tried most, then
+		// the longest due. A receiver that loses the answer of every first attempt (I16) would
+		// otherwise spend each probe on a new event's first attempt, its circuit never closing,
+		// while the retry of the answer it lost waited behind them.
+		order := "webhook_deliveries.next_attempt_at"
+		if s.probing(ep) {
+			order = "webhook_deliveries.attempts DESC, webhook_deliveries.next_attempt_at"
+		}
 		var due []Delivery
 		err := s.due(ctx, now).Where("webhook_deliveries.endpoint_id = ?", ep).
-			Order("webhook_deliveries.next_attempt_at").Limit(free).
+			Order(order).Limit(free).
 			Select("webhook_deliveries.*").Find(&due).Error
 		if err != nil {
 			return n, err
