@@ -223,7 +223,27 @@ func (s *Service) Cancel(ctx context.Context, tx *gorm.DB, userID, id int64, rec
 // Close moves an expired order from PENDING_PAYMENT to CLOSED and releases its stock, in a
 // transaction of its own. It reports false when the order had already moved on — paid in
 // the meantime, say — and then changes nothing (I5).
+//
+// A close racing the order's payment can lose a deadlock to it (each inserts stock movements
+// and locks the order's row, in different orders); the database then rolls the close back
+// whole, so it is run again, up to three times, and finds the order paid or closes it. The
+// close job once failed its run on such a deadlock (TestCloseRacesPayment).
 func (s *Service) Close(ctx context.Context, id int64) (bool, error) {
+	for attempt := 1; ; attempt++ {
+		moved, err := s.closeOnce(ctx, id)
+		if err == nil || !database.IsRetryable(err) || attempt == 3 {
+			return moved, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, err
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
+	}
+}
+
+// closeOnce is one attempt of Close.
+func (s *Service) closeOnce(ctx context.Context, id int64) (bool, error) {
 	var moved bool
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		o, err := s.orders.Get(ctx, tx, id)

@@ -91,10 +91,15 @@ func TestSendersNeverSendOneAttemptTwiceAtOnce(t *testing.T) {
 	// Stop the loops before the pools close, also when the test fails half-way.
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	apptest.Eventually(t, 60*time.Second, "every delivery succeeded", func() (bool, string) {
-		var pending int64
-		f.db.Model(&webhook.Delivery{}).Where("status <> ?", webhook.Succeeded).Count(&pending)
-		var all int64
-		f.db.Model(&webhook.Delivery{}).Count(&all)
+		// A count that fails must not read as "none pending": it once ended the wait at once,
+		// before anything was sent.
+		var pending, all int64
+		if err := f.db.Model(&webhook.Delivery{}).Where("status <> ?", webhook.Succeeded).Count(&pending).Error; err != nil {
+			return false, err.Error()
+		}
+		if err := f.db.Model(&webhook.Delivery{}).Count(&all).Error; err != nil {
+			return false, err.Error()
+		}
 		return all == events && pending == 0, fmt.Sprintf("%d deliveries, %d not succeeded", all, pending)
 	})
 	cancel()
