@@ -106,8 +106,12 @@ func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg
 		t.Errorf("start instance %d: %v", node, err)
 		return ""
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited is closed once the process has exited, with its error in waitErr: closed, not
+	// sent, so that the start-up's check and the cleanup may both see it (a process that died
+	// at start once left the cleanup waiting for a second send until the package timed out).
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -124,8 +128,8 @@ func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-exited:
-			t.Errorf("instance %d exited: %v\n%s", node, err, logs.String())
+		case <-exited:
+			t.Errorf("instance %d exited: %v\n%s", node, waitErr, logs.String())
 			return ""
 		default:
 		}
