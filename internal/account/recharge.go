@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -84,12 +85,13 @@ type Recharges struct {
 	ledger    *Ledger
 	events    *outbox.Writer
 	anomalies *anomaly.Recorder
+	books     *ledger.Books
 }
 
-// NewRecharges returns the recharge service on db; credits go through ledger and payments
+// NewRecharges returns the recharge service on db; credits go through credits and payments
 // that cannot be applied are kept by anomalies.
-func NewRecharges(db *gorm.DB, gen *ids.Generator, ledger *Ledger, anomalies *anomaly.Recorder, events *outbox.Writer) *Recharges {
-	return &Recharges{db: db, ids: gen, ledger: ledger, anomalies: anomalies, events: events}
+func NewRecharges(db *gorm.DB, gen *ids.Generator, credits *Ledger, anomalies *anomaly.Recorder, events *outbox.Writer) *Recharges {
+	return &Recharges{db: db, ids: gen, ledger: credits, anomalies: anomalies, events: events, books: ledger.New(gen)}
 }
 
 // Ledger is the ledger the recharges credit.
@@ -142,8 +144,8 @@ func (s *Recharges) Get(ctx context.Context, userID, id int64) (Recharge, error)
 //     stores nothing, the amount kept as an anomaly;
 //  3. a recharge already paid is answered from its state (refuse): by this trade a duplicate,
 //     by another a duplicate_payment kept for refund;
-//  4. otherwise one batch: the new row — the event recharge.succeeded (I17) — then the dedup
-//     record, then the contended rows: the conditional PENDING → SUCCEEDED, whose rows
+//  4. otherwise one batch: the new rows — the event recharge.succeeded (I17) and the trade's
+//     capture into the customer's account (internal/ledger) — then the dedup record, then the contended rows: the conditional PENDING → SUCCEEDED, whose rows
 //     affected decide between copies (a recharge that moved since step 2 fails it, and the
 //     guard runs it all again: idempotent.ErrStale), then the credit — the balance in place
 //     and the ledger row whose unique (biz_type, biz_id) is the last line should anything get
@@ -177,6 +179,7 @@ func (s *Recharges) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, rec
 	}
 	b := database.Hold(tx)
 	b.Insert(ctx, ev)
+	b.Insert(ctx, s.books.CaptureTrade(r.Channel, r.Number, r.Amount, ledger.CustomerAccount(rc.UserID)).Values()...)
 	if err := record(notify.Applied); err != nil {
 		return 0, err
 	}
@@ -215,10 +218,13 @@ func (s *Recharges) refuse(ctx context.Context, tx *gorm.DB, rc Recharge, r noti
 		return notify.Duplicate, record(notify.Duplicate)
 	case rc.Status == RechargeSucceeded:
 		detail := fmt.Sprintf("recharge %d was already paid by %s %s; refund this payment", rc.ID, deref(rc.Channel), deref(rc.TradeNo))
-		if err := s.anomalies.Record(ctx, tx, kept(anomaly.DuplicatePayment, detail)); err != nil {
+		b := database.Hold(tx)
+		b.InsertOrSkip(ctx, s.anomalies.Row(ctx, kept(anomaly.DuplicatePayment, detail)))
+		b.InsertOrSkip(ctx, s.books.CaptureTrade(r.Channel, r.Number, r.Amount, ledger.Suspense).Values()...)
+		if err := record(notify.Kept); err != nil {
 			return 0, err
 		}
-		return notify.Kept, record(notify.Kept)
+		return notify.Kept, b.Send(ctx)
 	}
 	return 0, fmt.Errorf("recharge %d is %s, which no report can move", rc.ID, rc.Status)
 }

@@ -7,11 +7,7 @@ package anomaly
 
 import (
 	"context"
-	"encoding/base64"
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -207,7 +203,7 @@ func viewOf(l Listed) View {
 // parameter, a second copy of one, or a value out of range is 400 invalid_request: a typo in
 // a filter must not silently list everything.
 func (r *Recorder) ListHandler(w http.ResponseWriter, req *http.Request) {
-	limit, before, err := listParams(req.URL.Query())
+	limit, before, err := web.PageParams(req.URL.Query(), "a")
 	if err != nil {
 		web.WriteError(w, req, err)
 		return
@@ -220,7 +216,7 @@ func (r *Recorder) ListHandler(w http.ResponseWriter, req *http.Request) {
 	var next *string
 	if len(list) > limit {
 		list = list[:limit]
-		c := encodeCursor(list[limit-1].ID)
+		c := web.PageCursor("a", list[limit-1].ID)
 		next = &c
 	}
 	views := make([]View, len(list))
@@ -228,45 +224,4 @@ func (r *Recorder) ListHandler(w http.ResponseWriter, req *http.Request) {
 		views[i] = viewOf(a)
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{"anomalies": views, "next_cursor": next})
-}
-
-// listParams reads limit and cursor, refusing anything else.
-func listParams(q url.Values) (limit int, before int64, err error) {
-	limit = 100
-	for name, values := range q {
-		if len(values) != 1 {
-			return 0, 0, apperr.ErrInvalidRequest.Withf("query parameter %q is given %d times; give it once", name, len(values))
-		}
-		v := values[0]
-		switch name {
-		case "limit":
-			n, perr := strconv.Atoi(v)
-			if perr != nil || n < 1 || n > 1000 {
-				return 0, 0, apperr.ErrInvalidRequest.Withf("limit must be an integer in 1..1000, got %q", v)
-			}
-			limit = n
-		case "cursor":
-			if before, err = decodeCursor(v); err != nil {
-				return 0, 0, err
-			}
-		default:
-			return 0, 0, apperr.ErrInvalidRequest.Withf("unknown query parameter %q: use limit and cursor", name)
-		}
-	}
-	return limit, before, nil
-}
-
-// The cursor is opaque to clients: the base64 of "a:<id>", the last anomaly of a page.
-func encodeCursor(id int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("a:" + strconv.FormatInt(id, 10)))
-}
-
-func decodeCursor(c string) (int64, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	rest, ok := strings.CutPrefix(string(raw), "a:")
-	id, perr := strconv.ParseInt(rest, 10, 64)
-	if err != nil || !ok || perr != nil || id < 1 {
-		return 0, apperr.ErrInvalidRequest.Withf("cursor is not one this server gave: pass next_cursor unchanged")
-	}
-	return id, nil
 }

@@ -31,6 +31,7 @@ import (
 	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -233,7 +234,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	}, map[notify.Kind]notify.Applier{
 		notify.Trade:    a.payments,
 		notify.Recharge: a.recharges,
-		notify.Refund:   refund.NewReports(a.orders, a.anomalies, events),
+		notify.Refund:   refund.NewReports(a.orders, a.anomalies, events, ledger.New(a.IDs)),
 	})
 
 	// The payment channels (outbound): each configured channel's client, whose timeouts are

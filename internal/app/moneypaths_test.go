@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
@@ -55,6 +56,7 @@ func TestFencesOutliveThePurge(t *testing.T) {
 			h.runJobs()
 			before, channelBefore := moneyState(t, s), channelState(s)
 			h.checkHistory(before)
+			checkBooks(t, s, "before the purge")
 
 			if n := s.PurgeDedup(t, "0s"); n == 0 {
 				t.Fatal("the purge removed no dedup record")
@@ -81,6 +83,7 @@ func TestFencesOutliveThePurge(t *testing.T) {
 			if channelAfter != channelBefore {
 				t.Errorf("at the channel: %s, was %s", channelAfter, channelBefore)
 			}
+			checkBooks(t, s, "after the purge and the redeliveries")
 		})
 	}
 }
@@ -307,6 +310,10 @@ func (h *moneyHistory) checkHistory(st map[string]string) {
 		"orders." + h.orders["J"].OrderID: "PENDING_PAYMENT",
 		"count.payments":                  "3",
 		"count.account_ledger":            "1",
+		// 3 payments, 1 recharge and 4 kept payments captured; 6 refunds (2 asked for, 4 of
+		// anomalies) held and ended; the refund voided that the channel then reported
+		// carried out, moved out of suspense.
+		"count.ledger_transfers": "21",
 	}
 	for k, v := range want {
 		if got, _, _ := strings.Cut(st[k], "|"); got != v {
@@ -394,10 +401,24 @@ func moneyState(tb testing.TB, s *apptest.Server) map[string]string {
 	rows("accounts", "user_id", "balance, version")
 	rows("inventory", "sku", "available, reserved, sold, version")
 	rows("anomalies", "id", "kind, channel, trade_no, amount")
-	for _, table := range []string{"payments", "account_ledger", "report_claims", "outbox", "inventory_movements", "refunds", "anomalies"} {
+	rows("ledger_transfers", "id", "kind, amount, pending_id, capture_id, created_at")
+	rows("ledger_postings", "id", "transfer_id, account, amount, pending")
+	for _, table := range []string{"payments", "account_ledger", "ledger_transfers", "ledger_postings", "report_claims", "outbox", "inventory_movements", "refunds", "anomalies"} {
 		st["count."+table] = fmt.Sprint(s.Count(tb, table, ""))
 	}
 	return st
+}
+
+// checkBooks fails t with every violation of the books' rules (ledger.Check).
+func checkBooks(t *testing.T, s *apptest.Server, when string) {
+	t.Helper()
+	vs, err := ledger.Check(context.Background(), s.DB)
+	if err != nil {
+		t.Fatalf("check the books %s: %v", when, err)
+	}
+	for _, v := range vs {
+		t.Errorf("the books %s: %s", when, v)
+	}
 }
 
 // deref renders a column value: NULL as "NULL", bytes as text.

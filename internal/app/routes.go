@@ -11,6 +11,7 @@ import (
 	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
@@ -84,6 +85,8 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 			r.Use(web.RequireAdmin(a.Config.AdminKey, a.users))
 			r.Mount("/inventory", inv.AdminRoutes())
 			r.Get("/anomalies", a.anomalies.ListHandler)
+			// The books (internal/ledger): balances, postings, transfers and their check.
+			r.Mount("/ledger", ledger.Routes(a.DB))
 			// An idempotency key's dedup record, and the eviction of a stored 4xx so that the
 			// next attempt runs again; a stored success is never evicted (effect_committed).
 			r.Get("/idempotency-records", idemAPI.Lookup)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
@@ -66,6 +67,24 @@ func TestWritesArePlanned(t *testing.T) {
 		}
 	}
 
+	// booksRide checks that the money's transfers travel in the batch that carries the dedup
+	// record: the books cost a payment, a refund or a recharge no round trip of their own.
+	booksRide := func(t *testing.T, tx []testenv.Command) {
+		t.Helper()
+		carried := false
+		for _, c := range tx {
+			stmts := testenv.Statements([]testenv.Command{c})
+			books := testenv.Index(stmts, "INSERT INTO `ledger_transfers`") >= 0
+			if books && recordAt(stmts) < 0 {
+				t.Errorf("the books' rows take a round trip without the dedup record:\n%s", describeCmds(tx))
+			}
+			carried = carried || books
+		}
+		if !carried {
+			t.Errorf("the write moved money and posted no transfer:\n%s", describeCmds(tx))
+		}
+	}
+
 	var created order.View
 	t.Run("create order", func(t *testing.T) {
 		tx := planOf(t, func() {
@@ -88,6 +107,7 @@ func TestWritesArePlanned(t *testing.T) {
 			apptest.Must(t, s.SignedNotify(apptest.JSON(apptest.Notification(view, "alipay", "T-PLAN-"+view.OrderID))), http.StatusOK)
 		})
 		recordFirst(t, tx)
+		booksRide(t, tx)
 		t.Logf("a trade report:\n%s", describeCmds(tx))
 	})
 
@@ -98,6 +118,7 @@ func TestWritesArePlanned(t *testing.T) {
 				map[string]any{"amount": 100}, apptest.IdemKey("plan-refund-"+apptest.RandHex(4))), http.StatusCreated)
 		})
 		recordFirst(t, tx)
+		booksRide(t, tx)
 		t.Logf("a refund:\n%s", describeCmds(tx))
 	})
 
@@ -113,8 +134,17 @@ func TestWritesArePlanned(t *testing.T) {
 		// PENDING, no refund_no yet. The report moves it (the event, the record, the refund's
 		// row); a report the other way afterwards is kept as a conflict (the anomaly, the
 		// record, the channel's word on the row).
-		if err := s.DB.Exec("UPDATE refunds SET status = 'PENDING', refund_no = NULL WHERE out_refund_no = ?", rf.OutRefundNo).Error; err != nil {
-			t.Fatal(err)
+		// The books go back with it: the refund's end (if the channel's answer ended it) is
+		// undone too, else its key would refuse the report's (internal/ledger).
+		end := ledger.RefundID(rf.Channel, rf.OutRefundNo) + ":end"
+		for _, undo := range [][2]string{
+			{"UPDATE refunds SET status = 'PENDING', refund_no = NULL WHERE out_refund_no = ?", rf.OutRefundNo},
+			{"DELETE FROM ledger_postings WHERE transfer_id = ?", end},
+			{"DELETE FROM ledger_transfers WHERE id = ?", end},
+		} {
+			if err := s.DB.Exec(undo[0], undo[1]).Error; err != nil {
+				t.Fatal(err)
+			}
 		}
 		number := "R-PLAN-" + apptest.RandHex(4)
 		for _, status := range []string{"SUCCESS", "FAILED"} {
@@ -123,6 +153,9 @@ func TestWritesArePlanned(t *testing.T) {
 				apptest.Must(t, s.SignedPost(apptest.RefundNotifyPath, report.Body()), http.StatusOK)
 			})
 			recordFirst(t, tx)
+			if status == "SUCCESS" {
+				booksRide(t, tx)
+			}
 			t.Logf("a refund report %s:\n%s", status, describeCmds(tx))
 		}
 	})
@@ -133,6 +166,7 @@ func TestWritesArePlanned(t *testing.T) {
 			apptest.Must(t, s.NotifyRecharge(apptest.RechargeReport(rid, "alipay", "T-PLAN-RC-"+apptest.RandHex(4), 700)), http.StatusOK)
 		})
 		recordFirst(t, tx)
+		booksRide(t, tx)
 		t.Logf("a recharge report:\n%s", describeCmds(tx))
 	})
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -49,11 +50,12 @@ type Service struct {
 	ids       *ids.Generator
 	orders    *order.Service
 	anomalies *anomaly.Recorder
+	books     *ledger.Books
 }
 
 // NewService returns the payment service.
 func NewService(gen *ids.Generator, orders *order.Service, anomalies *anomaly.Recorder) *Service {
-	return &Service{ids: gen, orders: orders, anomalies: anomalies}
+	return &Service{ids: gen, orders: orders, anomalies: anomalies, books: ledger.New(gen)}
 }
 
 // Apply applies r, a trade report, in tx — the guard's transaction, whose dedup record on
@@ -66,8 +68,9 @@ func NewService(gen *ids.Generator, orders *order.Service, anomalies *anomaly.Re
 //     kept as an anomaly;
 //  3. an order that had moved on is answered from its state (refuse);
 //  4. otherwise one batch: the new rows — the payments row, whose unique (channel, trade_no)
-//     is the last line against one trade paying twice, the order.paid event and the stock
-//     confirmations — then the dedup record, then the contended rows: the conditional
+//     is the last line against one trade paying twice, the trade's capture into the
+//     merchant's revenue (internal/ledger, whose transfer id is a fence of its own), the
+//     order.paid event and the stock confirmations — then the dedup record, then the contended rows: the conditional
 //     PENDING_PAYMENT → PAID and the stock. An order that moved on since step 2 fails the
 //     transition, and the guard runs it all again (idempotent.ErrStale).
 func (s *Service) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
@@ -96,6 +99,7 @@ func (s *Service) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, recor
 	b := database.Hold(tx)
 	b.Insert(ctx, &Payment{ID: s.ids.Next(), Channel: r.Channel, TradeNo: r.Number, OrderID: o.ID,
 		Amount: r.Amount, Status: notify.StatusSuccess, RequestID: requestid.From(ctx), CreatedAt: clock.Now()})
+	b.Insert(ctx, s.books.CaptureTrade(r.Channel, r.Number, r.Amount, ledger.Revenue).Values()...)
 	paid, err := s.orders.PayRows(ctx, b, o, r.Channel, r.Number)
 	if err != nil {
 		return 0, err
@@ -121,8 +125,9 @@ func (s *Service) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, recor
 // partially refunded, REFUNDED — and changes nothing: a copy that outlived its dedup record
 // must never be taken for a payment after close and refunded a second time (I13). Another
 // trade paying a paid order is a duplicate_payment; a payment of a cancelled or closed order a
-// paid_after_close: kept as anomalies — a new row, before the record — each refunded once
-// through its channel (I5).
+// paid_after_close: kept as anomalies — new rows, before the record: the anomaly and the
+// trade's capture into suspense, which its refund takes out — each refunded once through its
+// channel (I5).
 func (s *Service) refuse(ctx context.Context, tx *gorm.DB, o order.Order, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
 	var a *anomaly.Anomaly
 	switch {
@@ -133,10 +138,13 @@ func (s *Service) refuse(ctx context.Context, tx *gorm.DB, o order.Order, r noti
 	default:
 		a = kept(anomaly.PaidAfterClose, o.ID, r, fmt.Sprintf("order %d is %s; refund the payment", o.ID, o.Status))
 	}
-	if err := s.anomalies.Record(ctx, tx, *a); err != nil {
+	b := database.Hold(tx)
+	b.InsertOrSkip(ctx, s.anomalies.Row(ctx, *a))
+	b.InsertOrSkip(ctx, s.books.CaptureTrade(r.Channel, r.Number, r.Amount, ledger.Suspense).Values()...)
+	if err := record(notify.Kept); err != nil {
 		return 0, err
 	}
-	return notify.Kept, record(notify.Kept)
+	return notify.Kept, b.Send(ctx)
 }
 
 // kept is the anomaly of kind that keeps r, a report about order id.

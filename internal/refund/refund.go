@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 )
 
@@ -98,4 +99,14 @@ func target(status string) (Status, bool) {
 		return Failed, true
 	}
 	return "", false
+}
+
+// booked is r as the books see it: the money of a refund a customer asked for goes back out
+// of the merchant's revenue, that of a payment kept as an anomaly out of suspense.
+func booked(r Refund) ledger.Refund {
+	from := ledger.Revenue
+	if r.AnomalyID != nil {
+		from = ledger.Suspense
+	}
+	return ledger.Refund{Channel: r.Channel, OutRefundNo: r.OutRefundNo, Amount: r.Amount, TradeNo: r.TradeNo, From: from}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/anomaly"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -22,12 +23,13 @@ type Reports struct {
 	orders    *order.Service
 	anomalies *anomaly.Recorder
 	events    *outbox.Writer
+	books     *ledger.Books
 }
 
 // NewReports returns the applier of refund reports; events writes refund.succeeded and
-// refund.failed in the report's transaction.
-func NewReports(orders *order.Service, anomalies *anomaly.Recorder, events *outbox.Writer) *Reports {
-	return &Reports{orders: orders, anomalies: anomalies, events: events}
+// refund.failed in the report's transaction, books the refund's end.
+func NewReports(orders *order.Service, anomalies *anomaly.Recorder, events *outbox.Writer, books *ledger.Books) *Reports {
+	return &Reports{orders: orders, anomalies: anomalies, events: events, books: books}
 }
 
 // Apply ends the refund r names, in tx (the guard's, whose dedup record on channel +
@@ -41,8 +43,9 @@ func NewReports(orders *order.Service, anomalies *anomaly.Recorder, events *outb
 //     ended this way; the other way (FAILED, then SUCCESS) keeps its status — a terminal
 //     status never moves silently — and the channel's word is kept on the row
 //     (channel_status) and as an anomaly refund_status_conflict, for an operator;
-//  4. otherwise one batch: the new row — the event refund.succeeded or refund.failed — then
-//     the dedup record, then the contended row: the refund's conditional move. A refund that
+//  4. otherwise one batch: the new rows — the event refund.succeeded or refund.failed, and
+//     the refund's end in the books (internal/ledger: posted, or voided) — then the dedup
+//     record, then the contended row: the refund's conditional move. A refund that
 //     moved since step 2 fails it, and the guard runs it all again (idempotent.ErrStale);
 //  5. when the SUCCEEDED refunds of an order (not the anomalies') reach its amount, the
 //     order's move PAID → REFUNDED with its stock returned, after the record.
@@ -79,6 +82,7 @@ func (s *Reports) Apply(ctx context.Context, tx *gorm.DB, r notify.Report, recor
 	}
 	b := database.Hold(tx)
 	b.Insert(ctx, ev)
+	b.Insert(ctx, s.books.End(booked(rf), to == Succeeded).Values()...)
 	if err := record(notify.Applied); err != nil {
 		return 0, err
 	}
@@ -126,7 +130,9 @@ func announce(ctx context.Context, tx *gorm.DB, events *outbox.Writer, rf Refund
 // ended answers a report about refund rf, which had already ended (a terminal status, read
 // plainly, does not move): a duplicate when it ended the way r says; the other way, a
 // refund_status_conflict — the anomaly, a new row, then the dedup record, then the channel's
-// word kept on the refund's row.
+// word kept on the refund's row. When the refund had been voided and the channel now says its
+// money left after all, the books move it out of suspense (ledger.Books.LateRefund), so that
+// the channel's account still equals its bill.
 func (s *Reports) ended(ctx context.Context, tx *gorm.DB, rf Refund, to Status, r notify.Report, record func(notify.Outcome) error) (notify.Outcome, error) {
 	if rf.Status == to {
 		return notify.Duplicate, record(notify.Duplicate)
@@ -134,6 +140,9 @@ func (s *Reports) ended(ctx context.Context, tx *gorm.DB, rf Refund, to Status, 
 	detail := fmt.Sprintf("refund %d is %s; the channel now reports %s (%s %s): check the money at the channel", rf.ID, rf.Status, r.Status, r.Channel, r.Number)
 	b := database.Hold(tx)
 	b.InsertOrSkip(ctx, s.anomalies.Row(ctx, *s.kept(anomaly.RefundStatusConflict, rf, r, detail)))
+	if to == Succeeded {
+		b.InsertOrSkip(ctx, s.books.LateRefund(booked(rf)).Values()...)
+	}
 	if err := record(notify.Kept); err != nil {
 		return 0, err
 	}

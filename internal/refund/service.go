@@ -12,6 +12,7 @@ import (
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/channel"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -30,6 +31,7 @@ type Service struct {
 	notifyURL string
 	settle    notify.SettleFunc
 	events    *outbox.Writer
+	books     *ledger.Books
 }
 
 // NewService returns the refund service: clients are the configured channels by name, each
@@ -38,7 +40,7 @@ type Service struct {
 // channel answered SUCCESS exactly as its report would be; events writes refund.failed with a
 // refusal.
 func NewService(db *gorm.DB, gen *ids.Generator, orders *order.Service, clients map[string]*channel.Client, notifyURL string, settle notify.SettleFunc, events *outbox.Writer) *Service {
-	return &Service{db: db, ids: gen, orders: orders, clients: clients, notifyURL: notifyURL, settle: settle, events: events}
+	return &Service{db: db, ids: gen, orders: orders, clients: clients, notifyURL: notifyURL, settle: settle, events: events, books: ledger.New(gen)}
 }
 
 // Create commits the first recovery point of a refund of userID's PAID order id, in tx (the
@@ -48,8 +50,9 @@ func NewService(db *gorm.DB, gen *ids.Generator, orders *order.Service, clients 
 //     that is not PAID is ErrIllegalState, and an amount over what is left ErrExceedsPaid —
 //     the amount defaults to what is left; a FAILED refund the channel later reported SUCCESS
 //     counts as taken (refund_status_conflict: the money went back);
-//  2. one batch: the refund row, PENDING with its fresh out_refund_no, then the dedup record
-//     of it (record);
+//  2. one batch: the refund row, PENDING with its fresh out_refund_no, and its pending
+//     transfer out of the merchant's revenue (internal/ledger), then the dedup record of it
+//     (record);
 //  3. the contended row last: the order locked (order.Service.Lock, certified on Galera), so
 //     that concurrent refunds of one order are counted one after the other, and what its
 //     refunds take counted again with this one, a current read that sees every refund
@@ -89,6 +92,7 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID, id int64, amo
 
 	b := database.Hold(tx)
 	b.Insert(ctx, &r)
+	b.Insert(ctx, s.books.Hold(booked(r)).Values()...)
 	if err := record(r); err != nil {
 		return Refund{}, err
 	}
@@ -192,6 +196,9 @@ func (s *Service) fail(ctx context.Context, r Refund, why string) (bool, error) 
 			return err
 		}
 		r.Status, r.UpdatedAt = Failed, clock.Now()
+		if err := tx.WithContext(ctx).Create(s.books.End(booked(r), false).Transfer).Error; err != nil {
+			return err
+		}
 		return announce(ctx, tx, s.events, r)
 	})
 	return moved, err
@@ -255,8 +262,8 @@ func (s *Service) resume(ctx context.Context, r Refund) (bool, error) {
 // duplicate_payment anomaly that has none — of an order or of a recharge, of any channel —
 // naming the trade by the anomaly's trade_no, so that the payment kept is the one given back
 // and never the order's own. The unique anomaly_id makes it once per anomaly, however many
-// instances run the job. A refund the channel refuses ends FAILED, and the anomaly's
-// resolution is then needs_operator.
+// instances run the job; its pending transfer out of suspense is written with it. A refund the
+// channel refuses ends FAILED, and the anomaly's resolution is then needs_operator.
 func (s *Service) openAnomalyRefunds(ctx context.Context) error {
 	var list []anomaly.Anomaly
 	err := s.db.WithContext(ctx).Model(&anomaly.Anomaly{}).
@@ -271,7 +278,18 @@ func (s *Service) openAnomalyRefunds(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := s.db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&r).Error; err != nil {
+		err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&r)
+			if res.Error != nil || res.RowsAffected == 0 {
+				return res.Error
+			}
+			rows := s.books.Hold(booked(r))
+			if err := tx.Create(rows.Transfer).Error; err != nil {
+				return err
+			}
+			return tx.Create(rows.Postings).Error
+		})
+		if err != nil {
 			return err
 		}
 	}

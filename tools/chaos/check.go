@@ -143,7 +143,7 @@ var userWrites = []string{"order", "pay", "cancel", "refund", "recharge"}
 func (c *checker) run(ctx context.Context) error {
 	steps := []func(context.Context) error{
 		c.checkReplays, c.checkRecords, c.checkOrders, c.checkRefundRows, c.checkRecharges, c.checkPayments, c.checkStock,
-		c.checkBalances, c.checkRefunds, c.checkLeases, c.checkOutbox, c.checkEvents, c.checkWebhooks, c.checkBroker,
+		c.checkBalances, c.checkLedger, c.checkRefunds, c.checkLeases, c.checkOutbox, c.checkEvents, c.checkWebhooks, c.checkBroker,
 		c.checkClock,
 	}
 	for _, step := range steps {

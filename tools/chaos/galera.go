@@ -153,7 +153,7 @@ func (w *world) healGalera(ctx context.Context) error {
 // galeraTables are the tables whose contents every node must hold alike once the run has
 // settled.
 var galeraTables = []string{
-	"accounts", "account_ledger", "anomalies", "api_keys", "idempotency_records", "inventory", "inventory_movements",
+	"accounts", "account_ledger", "anomalies", "api_keys", "idempotency_records", "inventory", "inventory_movements", "ledger_postings", "ledger_transfers",
 	"order_items", "orders", "outbox", "payments", "recharges", "refunds", "report_claims", "trades", "users",
 }
 

@@ -10,7 +10,7 @@ import (
 // server turns away (4xx) adds, removes and changes no row of any of them, except where the
 // contract asks for an anomaly.
 var StateTables = []string{"orders", "order_items", "inventory", "inventory_movements", "payments", "recharges",
-	"accounts", "account_ledger", "outbox", "events", "anomalies"}
+	"accounts", "account_ledger", "ledger_transfers", "ledger_postings", "outbox", "events", "anomalies"}
 
 // State is a Snapshot of the business state, finer than Snapshot: the row count of every
 // table in StateTables ("orders": 3), plus what a request could change without adding a row —
