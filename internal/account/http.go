@@ -11,6 +11,7 @@ import (
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
 	idem "github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -30,6 +31,9 @@ type RechargeView struct {
 	TradeNo     string `json:"trade_no,omitempty"`
 	CreatedAt   string `json:"created_at"`
 	SucceededAt string `json:"succeeded_at,omitempty"`
+	// Transfer is the ledger transfer that credited the recharge (internal/ledger), once it
+	// has succeeded.
+	Transfer string `json:"transfer,omitempty"`
 }
 
 func rechargeView(rc Recharge) RechargeView {
@@ -40,6 +44,9 @@ func rechargeView(rc Recharge) RechargeView {
 	}
 	if rc.SucceededAt != nil {
 		v.SucceededAt = rc.SucceededAt.UTC().Format(time.RFC3339)
+	}
+	if rc.Status == RechargeSucceeded && rc.Channel != nil && rc.TradeNo != nil {
+		v.Transfer = ledger.TradeID(*rc.Channel, *rc.TradeNo)
 	}
 	return v
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
 	idem "github.com/oncepay/oncepay/internal/idempotent"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
@@ -27,6 +28,9 @@ type View struct {
 	ExpiresAt string     `json:"expires_at"`
 	PaidAt    *string    `json:"paid_at"`
 	TradeNo   *string    `json:"trade_no"`
+	// Transfer is the ledger transfer that captured the order's payment (internal/ledger),
+	// null until the order is paid.
+	Transfer *string `json:"transfer"`
 }
 
 // ItemView is the JSON form of an order item.
@@ -50,6 +54,10 @@ func ViewOf(o Order) View {
 	if o.PaidAt != nil {
 		s := o.PaidAt.UTC().Format(time.RFC3339)
 		v.PaidAt = &s
+		if o.Channel != nil && o.TradeNo != nil {
+			t := ledger.TradeID(*o.Channel, *o.TradeNo)
+			v.Transfer = &t
+		}
 	}
 	return v
 }
