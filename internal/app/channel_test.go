@@ -9,6 +9,7 @@ import (
 	"github.com/oncepay/oncepay/internal/channel"
 	"github.com/oncepay/oncepay/internal/channelsim"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
@@ -321,6 +322,19 @@ func TestRefundRecoveryPoints(t *testing.T) {
 		adminRun(t, s, "reconcile-bills", map[string]string{"date": time.Now().UTC().Format(time.DateOnly)}, &rep)
 		if len(rep.Mismatches) != 0 || rep.Matched != 6 {
 			t.Errorf("bill: matched %d, mismatches %v; want 6 matched (3 payments, 3 refunds) and none", rep.Matched, rep.Mismatches)
+		}
+
+		// The books are held to the bill too: a capture gone from them is named.
+		var capture ledger.Transfer
+		if err := s.DB.Where("kind = ?", ledger.Capture).Order("id").First(&capture).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DB.Delete(&ledger.Transfer{}, "id = ?", capture.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		adminRun(t, s, "reconcile-bills", map[string]string{"date": time.Now().UTC().Format(time.DateOnly)}, &rep)
+		if len(rep.Mismatches) != 1 || rep.Mismatches[0]["kind"] != "reconcile_ledger_trade" || rep.Mismatches[0]["trade_no"] != capture.Number {
+			t.Errorf("bill against books without %s: mismatches %v, want reconcile_ledger_trade of %s alone", capture.ID, rep.Mismatches, capture.Number)
 		}
 	})
 }

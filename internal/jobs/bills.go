@@ -12,6 +12,7 @@ import (
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/channel"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/refund"
@@ -24,7 +25,9 @@ type Mismatch struct {
 	// for a recharge oncepay never credited), reconcile_payment_amount, reconcile_unbilled_payment
 	// (oncepay recorded a payment the bill lacks), reconcile_unbilled_recharge (oncepay credited
 	// a recharge by a trade the bill lacks), reconcile_missing_refund,
-	// reconcile_refund_amount, reconcile_unbilled_refund.
+	// reconcile_refund_amount, reconcile_unbilled_refund; and where the books disagree with the
+	// bill, reconcile_ledger_trade, reconcile_ledger_refund, reconcile_ledger_unbilled_trade and
+	// reconcile_ledger_unbilled_refund (compareBooks).
 	Kind    string `json:"kind"`
 	Channel string `json:"channel"`
 	// TradeNo is the trade_no, or the refund_no of a refund.
@@ -85,6 +88,9 @@ func (b *Bills) Reconcile(ctx context.Context, day time.Time) (BillReport, error
 		return BillReport{}, err
 	}
 	if err := b.compareRefunds(ctx, bill.Refunds, from, to, &rep); err != nil {
+		return BillReport{}, err
+	}
+	if err := b.compareBooks(ctx, bill, from, to, &rep); err != nil {
 		return BillReport{}, err
 	}
 	for _, m := range rep.Mismatches {
@@ -248,6 +254,69 @@ func (b *Bills) compareRefunds(ctx context.Context, billed []channel.Refund, fro
 			}
 			rep.add("reconcile_unbilled_refund", b.channel, no, orderID, 0, r.Amount, "oncepay recorded this refund as SUCCEEDED; the channel's bill of the day lacks it")
 		}
+	}
+	return nil
+}
+
+// compareBooks compares the bill with the books (internal/ledger), after compareTrades has
+// applied what it could: the channel's account must move, day by day, exactly as its bill
+// does. Each billed trade must be its trade's capture and each billed refund posted, at the
+// billed amount (reconcile_ledger_trade, reconcile_ledger_refund); each transfer that moved
+// the channel's account that day must be on the bill (reconcile_ledger_unbilled_trade,
+// reconcile_ledger_unbilled_refund).
+func (b *Bills) compareBooks(ctx context.Context, bill channel.Bill, from, to time.Time, rep *BillReport) error {
+	db := b.db.WithContext(ctx)
+	moved := func(ids ...string) (ledger.Transfer, bool, error) {
+		var ts []ledger.Transfer
+		if err := db.Where("id IN ? AND kind IN ?", ids, []string{ledger.Capture, ledger.Post, ledger.Late}).Find(&ts).Error; err != nil || len(ts) == 0 {
+			return ledger.Transfer{}, false, err
+		}
+		return ts[0], true, nil
+	}
+	billed := map[string]bool{}
+	for _, t := range bill.Trades {
+		if t.Status != channel.TradeSuccess {
+			continue
+		}
+		id := ledger.TradeID(b.channel, t.TradeNo)
+		billed[id] = true
+		tr, ok, err := moved(id)
+		if err != nil {
+			return err
+		}
+		if !ok || tr.Amount != t.Amount {
+			rep.add("reconcile_ledger_trade", b.channel, t.TradeNo, t.OutTradeNo, t.Amount, tr.Amount, "the books have no capture of this billed trade, or another amount")
+		}
+	}
+	for _, r := range bill.Refunds {
+		if r.Status != channel.RefundSuccess {
+			continue
+		}
+		id := ledger.RefundID(b.channel, r.OutRefundNo)
+		billed[id+":end"], billed[id+":late"] = true, true
+		tr, ok, err := moved(id+":end", id+":late")
+		if err != nil {
+			return err
+		}
+		if !ok || tr.Amount != r.Amount {
+			rep.add("reconcile_ledger_refund", b.channel, r.RefundNo, r.OutTradeNo, r.Amount, tr.Amount, "the books have not posted this billed refund "+r.OutRefundNo+", or another amount")
+		}
+	}
+	var day []ledger.Transfer
+	err := db.Where("channel = ? AND kind IN ? AND created_at >= ? AND created_at < ?", b.channel,
+		[]string{ledger.Capture, ledger.Post, ledger.Late}, from, to).Find(&day).Error
+	if err != nil {
+		return err
+	}
+	for _, t := range day {
+		if billed[t.ID] {
+			continue
+		}
+		kind := "reconcile_ledger_unbilled_refund"
+		if t.Kind == ledger.Capture {
+			kind = "reconcile_ledger_unbilled_trade"
+		}
+		rep.add(kind, b.channel, t.Number, "", 0, t.Amount, "the books moved the channel's account by transfer "+t.ID+"; the channel's bill of the day lacks it")
 	}
 	return nil
 }
