@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/ledger"
 )
 
 // order is the contract's order JSON, as far as the drill reads it.
@@ -166,6 +169,25 @@ func (d *drill) balance(ctx context.Context, user string) (int64, error) {
 	}
 	_, err := d.c.expect(ctx, d.get("/v1/accounts/me", user), http.StatusOK, &acct)
 	return acct.Balance, err
+}
+
+// captured is what oncepay's books captured of the drill channel's trade tradeNo: the amount
+// of its transfer (GET /v1/admin/ledger/transfers/{id}), 0 when there is none.
+func (d *drill) captured(ctx context.Context, tradeNo string) (int64, error) {
+	var t struct {
+		Amount int64 `json:"amount"`
+	}
+	a, err := d.c.do(ctx, d.get("/v1/admin/ledger/transfers/"+url.PathEscape(ledger.TradeID(drillChannel, tradeNo)), d.cfg.AdminKey))
+	switch {
+	case err != nil:
+		return 0, err
+	case a.status == http.StatusNotFound:
+		return 0, nil
+	case a.status != http.StatusOK:
+		return 0, fmt.Errorf("GET the transfer of trade %s answered %d %s", tradeNo, a.status, a.code)
+	}
+	err = json.Unmarshal(a.body, &t)
+	return t.Amount, err
 }
 
 // token asks for a one-time idempotency token (I7).

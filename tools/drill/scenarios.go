@@ -358,7 +358,7 @@ func (d *drill) rechargeCallbacks(ctx context.Context, rt routes) (outcome, erro
 	if err != nil {
 		return out, err
 	}
-	_, body := d.notification(string(rc.RechargeID), amount)
+	tradeNo, body := d.notification(string(rc.RechargeID), amount)
 	shots := make([]shot, 20)
 	for i := range shots {
 		shots[i] = d.notifyShot(0, "recharge callback", rt.rechargeNotify, body)
@@ -373,15 +373,27 @@ func (d *drill) rechargeCallbacks(ctx context.Context, rt routes) (outcome, erro
 		return out, err
 	}
 	credited := bal1 - bal0
+	// The channel's bill has one trade of amount. oncepay's books hold one transfer for it,
+	// whose id is the trade (internal/ledger); the lab keeps no books but the balance it
+	// credited.
+	books := credited
+	if rt.target == oncepayRoutes.target {
+		if books, err = d.captured(ctx, tradeNo); err != nil {
+			return out, err
+		}
+	}
 	checkNotifyAnswers(&out.findings, out.copies)
 	if credited != amount {
 		out.effectf("balance %+d for one recharge of %d (credited %s)", credited, amount, times(credited, amount))
 	}
+	if books != amount && books != credited {
+		out.effectf("the books captured %+d of the channel's trade of %d", books, amount)
+	}
 	if final.Status == "PENDING" {
 		out.effectf("recharge still PENDING after its callbacks")
 	}
-	out.expected = fmt.Sprintf("balance %+d once; recharge no longer PENDING", amount)
-	out.observed = fmt.Sprintf("balance %+d; recharge %s", credited, final.Status)
+	out.expected = fmt.Sprintf("balance %+d once; recharge no longer PENDING; the books equal the channel's bill (%+d)", amount, amount)
+	out.observed = fmt.Sprintf("balance %+d; recharge %s; books %+d against the bill's %+d", credited, final.Status, books, amount)
 	out.held = joinNonEmpty("credited once", stoppedSummary(out.copies))
 	return out, nil
 }

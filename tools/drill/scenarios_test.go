@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/platform/reportsig"
 )
 
@@ -33,7 +34,9 @@ type fakeOncepay struct {
 	recharges map[string]*fakeRecharge
 	dedup     map[string]string
 	outcomes  map[string]int
-	nextID    int
+	// captured is the fake's books: what each credit posted, by transfer id.
+	captured map[string]int64
+	nextID   int
 }
 
 type fakeRecharge struct {
@@ -44,7 +47,7 @@ type fakeRecharge struct {
 
 func newFakeOncepay(naive, lab bool) *fakeOncepay {
 	return &fakeOncepay{secret: "dev-channel-secret", naive: naive, lab: lab,
-		balance: map[string]int64{}, recharges: map[string]*fakeRecharge{}, dedup: map[string]string{}, outcomes: map[string]int{}}
+		balance: map[string]int64{}, recharges: map[string]*fakeRecharge{}, dedup: map[string]string{}, outcomes: map[string]int{}, captured: map[string]int64{}}
 }
 
 func (f *fakeOncepay) handler() http.Handler {
@@ -71,6 +74,16 @@ func (f *fakeOncepay) handler() http.Handler {
 		}
 		writeJSONBody(w, http.StatusOK, map[string]any{"recharge_id": r.PathValue("id"), "status": rc.Status, "amount": rc.Amount})
 	}))
+	mux.HandleFunc("GET /v1/admin/ledger/transfers/{id}", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		amount, ok := f.captured[r.PathValue("id")]
+		if r.Header.Get("Authorization") != "Bearer dev-admin-key" || !ok {
+			problem(w, http.StatusNotFound, "not_found")
+			return
+		}
+		writeJSONBody(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "kind": "capture", "amount": amount})
+	})
 	if f.naive {
 		mux.HandleFunc("POST /v1/recharges/notify", f.signed(f.notifyNaive))
 	} else {
@@ -158,6 +171,7 @@ func (f *fakeOncepay) notifyOnce(w http.ResponseWriter, n notificationBody) {
 	if rc := f.recharges[n.OutTradeNo]; rc != nil && rc.Status == "PENDING" {
 		rc.Status = "SUCCEEDED"
 		f.balance[rc.User] += n.Amount
+		f.captured[ledger.TradeID(n.Channel, n.TradeNo)] += n.Amount
 	}
 	f.dedup[key] = "done"
 	f.mu.Unlock()
@@ -176,6 +190,7 @@ func (f *fakeOncepay) notifyNaive(w http.ResponseWriter, n notificationBody) {
 		f.mu.Lock()
 		rc.Status = "SUCCEEDED"
 		f.balance[rc.User] += n.Amount
+		f.captured[ledger.TradeID(n.Channel, n.TradeNo)] += n.Amount
 		f.mu.Unlock()
 	}
 	writeJSONBody(w, http.StatusOK, map[string]string{"result": "success"})
@@ -245,6 +260,14 @@ func TestRechargeCallbacksHeldAndReproducedInTheLab(t *testing.T) {
 	checkOneCredit(t, rep.Metrics)
 	if lab.Target != "lab" || lab.Verdict != verdictReproduced || lab.Copies[0].Route != "POST /lab/recharges/notify" {
 		t.Errorf("lab: %s %s: %s", lab.Target, lab.Verdict, lab.Summary)
+	}
+	// The row shows the books against the channel's bill: oncepay's capture is the one trade,
+	// the lab's credits are more than the channel took.
+	if !strings.Contains(once.Observed, "books +100000 against the bill's +100000") {
+		t.Errorf("oncepay observed %q, want its books equal to the bill", once.Observed)
+	}
+	if strings.Contains(lab.Observed, "books +100000 ") || !strings.Contains(lab.Observed, "against the bill's +100000") {
+		t.Errorf("lab observed %q, want books over the bill", lab.Observed)
 	}
 }
 
