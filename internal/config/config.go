@@ -534,7 +534,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("close_job_interval", c.CloseJobInterval.String()),
 		slog.String("purge_job_interval", c.PurgeJobInterval.String()),
 		slog.String("channel_url", orEmbedded(strings.TrimPrefix(c.ChannelURL, EmbeddedChannelURL), c.EmbeddedChannelAddr)),
-		slog.Any("channel_sim_schedule", c.ChannelSimSchedule),
+		slog.String("channel_sim_schedule", schedule(c.ChannelSimSchedule)),
 		slog.String("public_url", c.PublicURL),
 		slog.String("channel_name", c.ChannelName),
 		slog.String("channels", c.channelsLogged()),
@@ -543,7 +543,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("channel_retries", c.ChannelRetries),
 		slog.String("reconcile_job_interval", c.ReconcileJobInterval.String()),
 		slog.String("refund_job_interval", c.RefundJobInterval.String()),
-		slog.Any("webhook_schedule", c.WebhookSchedule),
+		slog.String("webhook_schedule", schedule(c.WebhookSchedule)),
 		slog.String("webhook_timeout", c.WebhookTimeout.String()),
 		slog.String("webhook_interval", c.WebhookInterval.String()),
 		slog.String("webhook_rotation_grace", c.WebhookRotationGrace.String()),
@@ -552,6 +552,23 @@ func (c Config) LogValue() slog.Value {
 		slog.String("webhook_keys", mask(c.WebhookKeys, keyring.DevKeys)),
 		slog.String("event_retention", c.EventRetention.String()),
 	)
+}
+
+// schedule renders a retry schedule as its setting is written ("10s,1m,5m,2h"), not as the
+// nanoseconds a JSON log line would print.
+func schedule(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		s := d.String()
+		if strings.HasSuffix(s, "m0s") {
+			s = strings.TrimSuffix(s, "0s")
+		}
+		if strings.HasSuffix(s, "h0m") {
+			s = strings.TrimSuffix(s, "0m")
+		}
+		parts[i] = s
+	}
+	return strings.Join(parts, ",")
 }
 
 // parseChannels reads ONCEPAY_CHANNELS and each channel's ONCEPAY_CHANNEL_URL_<NAME> and

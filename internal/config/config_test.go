@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"bytes"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -806,4 +807,18 @@ func fmtValue(v any) string {
 		return strings.Join(f, ",")
 	}
 	return slog.AnyValue(v).String()
+}
+
+// TestStartUpLineWritesSchedulesAsTheirSettings: the start-up line prints a retry schedule the
+// way its setting is written, never as nanoseconds.
+func TestStartUpLineWritesSchedulesAsTheirSettings(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := config.Config{WebhookSchedule: []time.Duration{10 * time.Second, time.Minute, 90 * time.Minute, 72 * time.Hour},
+		ChannelSimSchedule: []time.Duration{4 * time.Minute, 15 * time.Hour}}
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("starting", "config", cfg)
+	for _, want := range []string{`"webhook_schedule":"10s,1m,1h30m,72h"`, `"channel_sim_schedule":"4m,15h"`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("start-up line %s lacks %s", buf.String(), want)
+		}
+	}
 }
