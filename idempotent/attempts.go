@@ -45,7 +45,7 @@ func (g *Guard) newAttempt(ctx context.Context, req Request, res Result, err err
 		outcome = string(Executed)
 	}
 	return &attempt{at: start, rid: g.cfg.RequestID(ctx), via: req.Via, outcome: outcome,
-		layer: string(res.Layer), status: res.Response.Status, duration: time.Since(start)}
+		layer: res.Layer, status: res.Response.Status, duration: time.Since(start)}
 }
 
 // attemptLog appends attempts to their keys' logs off the request's path. The log is for a
@@ -135,7 +135,7 @@ func (l *attemptLog) send(batch []queuedAttempt) {
 		pipe.PExpire(ctx, g.logKey(q.key), g.cfg.CacheTTL)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		g.metrics.redisErrors.WithLabelValues(string(LayerCache)).Inc()
+		g.metrics.redisErrors.WithLabelValues(layerCache).Inc()
 	}
 }
 

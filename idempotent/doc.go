@@ -87,7 +87,7 @@
 // Config.Classify (mysqlerr, pgerr, sqliteerr) tells the guard what a database error means.
 // A transaction the database aborted (a deadlock, a Galera certification conflict) or could
 // not serve (a Galera node not ready) is run again with backoff for Config.RetryFor, then
-// answered ErrDatabaseBusy. A connection lost under a statement (ErrorConnectionLost: reset,
+// answered ErrUnavailable (the database busy: nothing stored, retry later). A connection lost under a statement (ErrorConnectionLost: reset,
 // closed, timed out) is run again the same way — but one lost at the COMMIT is indefinite:
 // the commit may have applied with its answer lost. The guard reads the record on another
 // connection first (resolveCommit): found with this attempt's id, the attempt executed. Not

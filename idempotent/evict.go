@@ -126,12 +126,12 @@ func (g *Guard) evictRecord(ctx context.Context, k Key) (Record, error) {
 		return Record{}, err
 	}
 	if found {
-		res := g.db.WithContext(ctx).Exec(evictRecordSQL, rec.ID, StatusCompleted)
+		res := g.db.WithContext(ctx).Exec(evictRecordSQL, rec.ID, statusCompleted)
 		switch {
 		case res.Error != nil:
 			return Record{}, res.Error
 		case res.RowsAffected == 1:
-		case rec.Status != StatusCompleted:
+		case rec.Status != statusCompleted:
 			return rec, ErrKeyInUse
 		case rec.ResponseStatus < 400 || rec.ResponseStatus >= 500:
 			return rec, ErrEffectCommitted

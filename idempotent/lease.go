@@ -44,7 +44,7 @@ func (g *Guard) newLease(ctx context.Context, k Key, owner string) *lease {
 			value, ttl = string(fill.encode()), g.cfg.CacheTTL.Milliseconds()
 		}
 		if err := releaseScript.Run(ctx, g.rdb, []string{g.cacheKey(k), name}, owner, value, ttl).Err(); err != nil {
-			g.metrics.redisErrors.WithLabelValues(string(LayerLock)).Inc()
+			g.metrics.redisErrors.WithLabelValues(layerLock).Inc()
 		}
 	}
 	l.arm()
@@ -149,7 +149,7 @@ func (g *Guard) RunLocked(ctx context.Context, name string, fn func(ctx context.
 	case errors.Is(err, errLockBusy):
 		return false, nil
 	case err != nil:
-		if rerr := g.redisFailed(LayerLock, err); rerr != nil {
+		if rerr := g.redisFailed(layerLock, err); rerr != nil {
 			return false, rerr
 		}
 		return true, fn(ctx) // degraded: run on the database preconditions alone

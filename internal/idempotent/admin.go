@@ -146,6 +146,13 @@ const (
 	OutcomeInProgress  = "in_progress"
 )
 
+// The statuses of a dedup record (idempotent.Record.Status): committed, and in progress
+// (a lease held, no record yet, or a record inserted first by idemlab's RecordFirst).
+const (
+	recordCompleted  = "COMPLETED"
+	recordProcessing = "PROCESSING"
+)
+
 // ViewOf renders rec for the admin routes.
 func ViewOf(rec idempotent.Record) RecordView {
 	v := RecordView{
@@ -161,7 +168,7 @@ func ViewOf(rec idempotent.Record) RecordView {
 		v.UserID = id
 	}
 	switch {
-	case rec.Status != idempotent.StatusCompleted:
+	case rec.Status != recordCompleted:
 		v.Outcome = OutcomeInProgress
 	case rec.ResponseStatus >= 400 && rec.ResponseStatus < 500:
 		v.Outcome, v.Evictable = OutcomeClientError, true
@@ -242,7 +249,7 @@ func (h *API) inFlight(r *http.Request, notFound error) (RecordView, error) {
 	if !held {
 		return RecordView{}, notFound
 	}
-	v := ViewOf(idempotent.Record{Scope: sel.Scope, BizType: sel.BizType, BizKey: sel.BizKey, Status: idempotent.StatusProcessing})
+	v := ViewOf(idempotent.Record{Scope: sel.Scope, BizType: sel.BizType, BizKey: sel.BizKey, Status: recordProcessing})
 	v.LeaseRemainingMS = max(ttl.Milliseconds(), 1)
 	return v, nil
 }
