@@ -84,10 +84,11 @@
 //
 // # When the database fails under the transaction
 //
-// Config.Classify (mysqlerr, pgerr, sqliteerr) tells the guard what a database error means.
-// A transaction the database aborted (a deadlock, a Galera certification conflict) or could
-// not serve (a Galera node not ready) is run again with backoff for Config.RetryFor, then
-// answered ErrUnavailable (the database busy: nothing stored, retry later). A connection lost under a statement (ErrorConnectionLost: reset,
+// Config.Classify (mysqlerr, pgerr, sqliteerr; the classes are idempotent/dberr's) tells the
+// guard what a database error means. A transaction the database aborted (a deadlock, a Galera
+// certification conflict) or could not serve (a Galera node not ready) is run again with
+// backoff for Config.RetryFor, then answered ErrUnavailable (the database busy: nothing
+// stored, retry later). A connection lost under a statement (dberr.ConnectionLost: reset,
 // closed, timed out) is run again the same way — but one lost at the COMMIT is indefinite:
 // the commit may have applied with its answer lost. The guard reads the record on another
 // connection first (resolveCommit): found with this attempt's id, the attempt executed. Not

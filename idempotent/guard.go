@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/internal/labkit"
 )
 
@@ -44,8 +45,8 @@ type Config struct {
 	RejectWithoutRedis bool
 
 	// RetryFor bounds how long the guard keeps running again a transaction the database
-	// aborted (ErrorAborted: a deadlock, a Galera certification conflict) or could not serve
-	// (ErrorUnavailable: a Galera node not ready), with a backoff that doubles from 10 ms to
+	// aborted (dberr.Aborted: a deadlock, a Galera certification conflict) or could not serve
+	// (dberr.Unavailable: a Galera node not ready), with a backoff that doubles from 10 ms to
 	// 250 ms and its jitter. Past it the attempt is answered ErrUnavailable, a 503 to
 	// retry, with nothing stored. On a multi-master cluster a conflict on a hot row is
 	// routine, not a bug: four quick reruns within ~200 ms, as the guard once did, still
@@ -57,10 +58,10 @@ type Config struct {
 	// reads it: Redis keeps the expiry, on Redis's clock (IssueToken).
 	Now func() time.Time
 
-	// Classify tells the guard what a database error means (see ErrorClass). Default:
-	// Classify, which recognises the record's duplicate key on every dialect; mysqlerr,
-	// sqliteerr and pgerr classify deadlocks and lock timeouts too.
-	Classify func(err error) ErrorClass
+	// Classify tells the guard what a database error means (package idempotent/dberr).
+	// Default: dberr.Classify, which recognises the record's duplicate key on every
+	// dialect; mysqlerr, sqliteerr and pgerr classify deadlocks and lock timeouts too.
+	Classify func(err error) dberr.Class
 	// Reject turns an error returned by the work into the answer to store for it, when the
 	// error is a deterministic business refusal (out of stock, illegal state): the
 	// transaction is rolled back and the answer is stored alone, so every copy gets it again.
@@ -77,51 +78,6 @@ type Config struct {
 	// package idemlab sets it (idemlab.With).
 	lab labkit.Switches
 }
-
-// Classify is the default Config.Classify: it knows what gorm knows of every dialect — its
-// record's duplicate key, which the guard has the database's dialect translate to
-// gorm.ErrDuplicatedKey, whatever the gorm.Config — and nothing else. A deadlock is then an
-// error like any other, answered 5xx with nothing stored; a dialect's own classifier
-// (mysqlerr, sqliteerr, pgerr) also runs an aborted transaction again.
-func Classify(err error) ErrorClass {
-	if errors.Is(err, gorm.ErrDuplicatedKey) {
-		return ErrorDuplicateKey
-	}
-	return ErrorOther
-}
-
-// ErrorClass is what a database error means to the guard.
-type ErrorClass int
-
-// The classes of database errors.
-const (
-	// ErrorOther is any error the guard does not act on.
-	ErrorOther ErrorClass = iota
-	// ErrorDuplicateKey is a unique-index violation: another attempt holds or committed the key.
-	ErrorDuplicateKey
-	// ErrorAborted is a transaction the database aborted (deadlock, busy file): it left
-	// nothing behind and may be run again.
-	ErrorAborted
-	// ErrorLockWait is a statement that waited out the lock wait timeout behind another
-	// transaction (on Galera also a causal read, wsrep_sync_wait, that timed out). The
-	// guard does not run it again (it would wait as long again): a record's insert that
-	// waited is a copy in progress (ErrKeyInUse), a work's statement ErrUnavailable.
-	ErrorLockWait
-	// ErrorUnavailable is a database that refused the transaction for the moment, before
-	// anything of it was applied: a Galera node that is not part of the primary component
-	// or not yet synced (MariaDB's 1047, "WSREP has not yet prepared node for application
-	// use"). The guard runs it again, within Config.RetryFor, as it does an aborted one.
-	ErrorUnavailable
-	// ErrorConnectionLost is a connection to the database that broke under a statement of
-	// the transaction (not a dial that failed: that is ErrorOther, and answered at once):
-	// reset, closed, timed out waiting for an answer. Before the COMMIT the server rolls
-	// the transaction back; during it the outcome is unknown (the COMMIT may have been
-	// applied, its answer lost). The guard asks the record which it was (resolveCommit) and
-	// runs the transaction again, within Config.RetryFor, when the record is not there: a
-	// commit that was in truth applied makes the rerun's record a duplicate, which the guard
-	// knows by the record's id for the call's own commit and answers executed.
-	ErrorConnectionLost
-)
 
 func (c Config) withDefaults() Config {
 	if c.LockTTL <= 0 {
@@ -146,7 +102,7 @@ func (c Config) withDefaults() Config {
 		c.Now = time.Now
 	}
 	if c.Classify == nil {
-		c.Classify = Classify
+		c.Classify = dberr.Classify
 	}
 	if c.NewID == nil {
 		c.NewID = randomID
@@ -469,12 +425,12 @@ func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, er
 		}
 		class := g.cfg.Classify(err)
 		if errors.Is(err, ErrStale) {
-			class = ErrorAborted
+			class = dberr.Aborted
 		}
 		switch {
-		case class == ErrorLockWait:
+		case class == dberr.LockWait:
 			return g.busy(attempt, start, err)
-		case class != ErrorAborted && class != ErrorUnavailable && class != ErrorConnectionLost:
+		case class != dberr.Aborted && class != dberr.Unavailable && class != dberr.ConnectionLost:
 			return res, err
 		}
 		sleep := backoff/2 + rand.N(backoff/2+1)
@@ -576,7 +532,7 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work, lost *lostC
 		workDone = true
 		return nil
 	})
-	if err != nil && workDone && recordErr == nil && g.cfg.Classify(err) == ErrorConnectionLost {
+	if err != nil && workDone && recordErr == nil && g.cfg.Classify(err) == dberr.ConnectionLost {
 		return g.resolveCommit(ctx, req, rec.ID, resp, err, lost)
 	}
 	switch {
@@ -586,7 +542,7 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work, lost *lostC
 		return Result{Response: resp, Outcome: Executed, Layer: layerWork}, nil
 	case recordErr != nil:
 		return g.afterRecordFailed(ctx, req, recordErr, *lost)
-	case recorded && g.cfg.Classify(err) == ErrorDuplicateKey:
+	case recorded && g.cfg.Classify(err) == dberr.DuplicateKey:
 		return g.afterDuplicate(ctx, req, err, *lost)
 	}
 	return g.refused(ctx, req, err)
@@ -659,7 +615,7 @@ func (g *Guard) refused(ctx context.Context, req Request, err error) (Result, er
 // or an earlier attempt of this same call did, whose COMMIT lost its answer (lost).
 func (g *Guard) afterRecordFailed(ctx context.Context, req Request, err error, lost lostCommits) (Result, error) {
 	switch g.cfg.Classify(err) {
-	case ErrorDuplicateKey:
+	case dberr.DuplicateKey:
 		res, recID, found, ferr := g.fromRecordID(context.WithoutCancel(ctx), req)
 		if !found && ferr == nil {
 			return Result{Outcome: InProgress, Layer: layerDedup}, ErrKeyInUse
@@ -668,7 +624,7 @@ func (g *Guard) afterRecordFailed(ctx context.Context, req Request, err error, l
 			return Result{Response: resp, Outcome: Executed, Layer: layerWork}, nil
 		}
 		return res, ferr
-	case ErrorLockWait:
+	case dberr.LockWait:
 		// The first attempt still holds the key after the lock wait timeout: it is in
 		// progress; running the insert again would only wait again.
 		return Result{Outcome: InProgress, Layer: layerDedup}, ErrKeyInUse
