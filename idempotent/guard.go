@@ -141,8 +141,8 @@ type Guard struct {
 // there is no replay cache, no attempt log and no one-time token (a tok_ key is answered
 // ErrUnavailable). A request with work outside the transaction
 // before it (Before: a call a replay must never repeat) needs the lease and is refused with
-// ErrUnavailable; RunLocked runs its job on the job's own preconditions; Message has no
-// marker; Evict and Purge work on the records alone.
+// ErrUnavailable; idemops.RunLocked runs its job on the job's own preconditions; Message has no
+// marker; idemops.Evict and Purge work on the records alone.
 func New(db *gorm.DB, rdb redis.UniversalClient, cfg Config) *Guard {
 	g := &Guard{
 		db:        db,

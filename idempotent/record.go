@@ -198,11 +198,8 @@ func (g *Guard) Lookup(ctx context.Context, k Key) (Record, bool, error) {
 	return loadRecord(ctx, g.db, k)
 }
 
-// InFlight reports whether an attempt at k holds its lease right now, and for how much longer
-// the lease runs unless renewed: a key with no committed record yet (the record is written
-// with the work's commit) is in progress then, not unknown. Redis unreachable is an error; a
-// guard on the database alone has no lease and answers false.
-func (g *Guard) InFlight(ctx context.Context, k Key) (bool, time.Duration, error) {
+// inFlight reports whether an attempt at k holds its lease right now (idemops.InFlight).
+func (g *Guard) inFlight(ctx context.Context, k Key) (bool, time.Duration, error) {
 	if g.rdb == nil {
 		return false, 0, nil // no lease to ask: a copy in flight is an uncommitted row
 	}
