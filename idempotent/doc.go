@@ -29,7 +29,9 @@
 // A work whose own unique key or precondition refuses the write marks the error with Conflict
 // (ExampleConflict): a 409 stored and replayed, not a 500. idemtest.Run checks these promises
 // on an adopter's own database and Redis. idempotent/README.md gives the install line, the
-// drivers, the headers and every answer a client may get, in one page.
+// drivers, the headers and every answer a client may get, in one page. What an operator or a
+// job runner does beyond the request path (a key's attempt log, evicting a stored refusal, the
+// jobs' cluster-wide lock) is idempotent/idemops.
 //
 // Work that must happen outside the transaction — a call to another system, such as closing
 // a trade at a payment channel before a cancel — goes in Request.Before: it runs after the key
