@@ -15,7 +15,7 @@ import (
 	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/idempotent/idemops"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
-	"github.com/oncepay/oncepay/internal/platform/redisx"
+	"github.com/oncepay/oncepay/idempotent/internal/testnet"
 )
 
 // clusterEnv is a guard's database and a real three-master Redis Cluster, with the map of
@@ -28,11 +28,11 @@ type clusterEnv struct {
 }
 
 // newClusterEnv starts a Redis Cluster (idemtest.RedisCluster) and a fresh database with the
-// side_effects table. The client is redisx's, with oncepay's own options.
+// side_effects table. The client has the options a service gives it (testnet, as oncepay's redisx).
 func newClusterEnv(t *testing.T) *clusterEnv {
 	t.Helper()
 	addrs := idemtest.RedisCluster(t)
-	e := &clusterEnv{cluster: redisx.NewClusterClient(addrs)}
+	e := &clusterEnv{cluster: testnet.NewClusterClient(addrs)}
 	t.Cleanup(func() { _ = e.cluster.Close() })
 	e.db, e.dialect = idemtest.DB(t, idemtest.Default()), idemtest.Default()
 	createSideEffects(t, e.db)
@@ -64,7 +64,7 @@ func (e *clusterEnv) node(t *testing.T, g *idempotent.Guard, k idempotent.Key) s
 // direct returns a plain client of the node at addr, to look at what it holds itself.
 func direct(t *testing.T, addr string) *redis.Client {
 	t.Helper()
-	c := redisx.NewClient(addr, 0)
+	c := testnet.NewClient(addr)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -99,5 +99,5 @@
 // committed one as a duplicate, which the guard knows by its id for this call's own: the call
 // is answered executed, with the answer that attempt recorded. TestCommitAnswerLost cuts a
 // real connection the moment its COMMIT went out, TestCommitLandsAfterItsAnswerWasLost lets
-// the COMMIT land after the client gave up (internal/testsupport/netfault).
+// the COMMIT land after the client gave up (a TCP proxy of the tests, internal/testnet).
 package idempotent
