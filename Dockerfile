@@ -12,8 +12,10 @@ FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
 
 # Module download is its own layer: it is rebuilt only when go.mod or go.sum change, not on
-# every source edit.
+# every source edit. The idempotency kit is a module of its own that go.mod replaces with
+# ./idempotent, so its go.mod and go.sum come in too.
 COPY go.mod go.sum ./
+COPY idempotent/go.mod idempotent/go.sum ./idempotent/
 RUN --mount=type=cache,target=/go/pkg/mod \
     go mod download
 

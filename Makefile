@@ -3,23 +3,25 @@ SHELL := /bin/bash
 GO    ?= go
 PKGS  := ./...
 
-.PHONY: run test test-galera build migrate lint fmt-check tidy-check vet staticcheck compose-up bench bench-scale bench-soak
+.PHONY: run test test-galera build migrate lint fmt-check tidy-check vet staticcheck kit-module-check compose-up bench bench-scale bench-soak
 
 ## run: build and start the server on :8080 with every dependency embedded.
 run: build
 	./bin/oncepay
 
 ## test: the whole suite: gofmt check, go vet, staticcheck, go test -race; then the
-## idempotency kit's own suite once more on each other dialect (ONCEPAY_TEST_KIT_DIALECT),
-## and the examples module, which imports the kit as a stranger would, and the example
-## webhook receiver (a module of its own that imports nothing of oncepay).
-KIT := ./idempotent/...
+## idempotency kit's own suite (idempotent/, a module of its own, which go test ./... does not
+## enter) on MariaDB and once more on each other dialect (ONCEPAY_TEST_KIT_DIALECT), and the
+## examples module, which imports the kit as a stranger would, and the example webhook
+## receiver (a module of its own that imports nothing of oncepay).
+KIT := idempotent
 test: lint
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
-	ONCEPAY_TEST_KIT_DIALECT=sqlite $(GO) test -race -count=1 -timeout 5m $(KIT)
+	cd $(KIT) && $(GO) test -race -count=1 -timeout 12m ./...
+	cd $(KIT) && ONCEPAY_TEST_KIT_DIALECT=sqlite $(GO) test -race -count=1 -timeout 5m ./...
 	@if [ -n "$$ONCEPAY_TEST_POSTGRES_DSN" ] || [ "$$CI" = true ]; then \
-		echo "ONCEPAY_TEST_KIT_DIALECT=postgres $(GO) test -race -count=1 -timeout 5m $(KIT)"; \
-		ONCEPAY_TEST_KIT_DIALECT=postgres $(GO) test -race -count=1 -timeout 5m $(KIT); \
+		echo "cd $(KIT) && ONCEPAY_TEST_KIT_DIALECT=postgres $(GO) test -race -count=1 -timeout 5m ./..."; \
+		cd $(KIT) && ONCEPAY_TEST_KIT_DIALECT=postgres $(GO) test -race -count=1 -timeout 5m ./...; \
 	fi
 	cd examples && $(GO) test -race -count=1 -timeout 5m ./...
 	cd examples/webhook-receiver && $(GO) test -race -count=1 -timeout 5m ./...
@@ -39,11 +41,13 @@ build:
 migrate:
 	$(GO) run ./cmd/oncepay migrate
 
-## lint: gofmt, go mod tidy, go vet and staticcheck.
-lint: fmt-check tidy-check vet staticcheck
+## lint: gofmt, go mod tidy, go vet and staticcheck (the kit's module included), and the
+## kit's module graph holding no other module of oncepay (kit-module-check).
+lint: fmt-check tidy-check vet staticcheck kit-module-check
 
 tidy-check:
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@cd $(KIT) && $(GO) mod tidy -diff || { echo "$(KIT)/go.mod is not tidy: run go mod tidy in $(KIT)"; exit 1; }
 	@cd examples && $(GO) mod tidy -diff || { echo "examples/go.mod is not tidy: run go mod tidy in examples"; exit 1; }
 	@cd examples/webhook-receiver && $(GO) mod tidy -diff || { echo "examples/webhook-receiver/go.mod is not tidy: run go mod tidy there"; exit 1; }
 
@@ -53,11 +57,27 @@ fmt-check:
 
 vet:
 	$(GO) vet $(PKGS)
+	cd $(KIT) && $(GO) vet ./...
 	cd examples && $(GO) vet ./...
 	cd examples/webhook-receiver && $(GO) vet ./...
 
+# The kit's module does not require staticcheck (a tool line would land in every adopter's
+# module graph): it runs the root module's build of it.
 staticcheck:
 	$(GO) tool staticcheck $(PKGS)
+	sc=$$($(GO) tool -n staticcheck) && cd $(KIT) && $$sc ./...
+
+## kit-module-check: the idempotency kit is a module of its own (go get
+## github.com/oncepay/oncepay/idempotent brings gorm, go-redis, redsync and Prometheus's
+## client, not the service's dependencies): its module graph must hold no other module of
+## oncepay, and its go.mod must replace nothing. The kit's TestModuleRequiresNothingOfOncepay
+## says the same in go test.
+kit-module-check:
+	@cd $(KIT) && mods=$$($(GO) list -m -f '{{.Path}}' all) && \
+	if echo "$$mods" | tail -n +2 | grep '^github.com/oncepay/'; then \
+		echo "$(KIT)/go.mod requires the modules above: the kit must not depend on oncepay"; exit 1; fi
+	@cd $(KIT) && if [ -n "$$($(GO) mod edit -json | grep '"Replace": \[')" ]; then \
+		echo "$(KIT)/go.mod has a replace directive, which binds no adopter"; exit 1; fi
 
 ## bench: the guard side by side with a bare handler and gofiber, 3 runs and their medians
 ## (set ONCEPAY_TEST_MYSQL_DSN and ONCEPAY_TEST_REDIS_ADDR; see bench/README.md).

@@ -7,6 +7,7 @@ require (
 	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/gofiber/storage/redis/v3 v3.4.3
 	github.com/oncepay/oncepay v0.0.0
+	github.com/oncepay/oncepay/idempotent v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/gorm v1.31.2
@@ -68,4 +69,7 @@ require (
 	modernc.org/sqlite v1.62.0 // indirect
 )
 
-replace github.com/oncepay/oncepay => ../
+replace (
+	github.com/oncepay/oncepay => ../
+	github.com/oncepay/oncepay/idempotent => ../idempotent
+)

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 )
 
 // The headers of oncepay's HTTP contract (idempotent/httpkey), spelled here so that the bench
@@ -35,20 +36,20 @@ func (e *env) newGuardOn(db *gorm.DB, name string, cfg idempotent.Config) *idemp
 }
 
 // classify tells the guard what a MySQL error means.
-func classify(err error) idempotent.ErrorClass {
+func classify(err error) dberr.Class {
 	var me *gomysql.MySQLError
 	if !errors.As(err, &me) {
-		return idempotent.ErrorOther
+		return dberr.Other
 	}
 	switch me.Number {
 	case 1062: // ER_DUP_ENTRY
-		return idempotent.ErrorDuplicateKey
+		return dberr.DuplicateKey
 	case 1213: // ER_LOCK_DEADLOCK
-		return idempotent.ErrorAborted
+		return dberr.Aborted
 	case 1205: // ER_LOCK_WAIT_TIMEOUT
-		return idempotent.ErrorLockWait
+		return dberr.LockWait
 	}
-	return idempotent.ErrorOther
+	return dberr.Other
 }
 
 // rejectOutOfStock stores "out of stock" as the answer of its key: a deterministic business

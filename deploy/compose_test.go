@@ -816,6 +816,48 @@ func TestDockerfileBuildsWithoutCgo(t *testing.T) {
 	}
 }
 
+// (g) The module download layer has every module go.mod replaces with a directory of the
+// repository (the idempotency kit, ./idempotent): go mod download reads the replacement's
+// go.mod, and fails without it, before the sources are copied.
+func TestDockerfileDownloadsWithTheReplacedModules(t *testing.T) {
+	gomod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, m := range regexp.MustCompile(`(?m)=>\s*(\./\S*|\.\./\S*)\s*$`).FindAllStringSubmatch(string(gomod), -1) {
+		dirs = append(dirs, strings.TrimSuffix(strings.TrimPrefix(m[1], "./"), "/"))
+	}
+	if len(dirs) == 0 {
+		t.Fatal("go.mod replaces no module with a directory: is ./idempotent no longer its own module?")
+	}
+	downloads := 0
+	for _, st := range loadDockerfile(t) {
+		copied := map[string]bool{}
+		for _, in := range st.instrs {
+			if in.cmd == "COPY" {
+				for _, f := range strings.Fields(in.args) {
+					copied[f] = true
+				}
+			}
+			if in.cmd != "RUN" || !strings.Contains(in.args, "go mod download") {
+				continue
+			}
+			downloads++
+			for _, dir := range dirs {
+				for _, f := range []string{dir + "/go.mod", dir + "/go.sum"} {
+					if !copied[f] {
+						t.Errorf("%s line %d: go mod download runs before %s is copied in (go.mod replaces a module with ./%s)", dockerfilePath, in.line, f, dir)
+					}
+				}
+			}
+		}
+	}
+	if downloads == 0 {
+		t.Errorf("%s has no go mod download layer", dockerfilePath)
+	}
+}
+
 // TestChannelSimulatorIsItsOwnServiceOnTheHost: the simulator runs as a service of its own
 // (never a channel embedded silently in the app), shares the app's channel secret, and its
 // cashier page — the pay_url the app hands out — is published on the host at the port and

@@ -6,6 +6,7 @@ require (
 	github.com/glebarez/sqlite v1.11.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/oncepay/oncepay v0.0.0
+	github.com/oncepay/oncepay/idempotent v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -55,4 +56,7 @@ require (
 	modernc.org/sqlite v1.62.0 // indirect
 )
 
-replace github.com/oncepay/oncepay => ../
+replace (
+	github.com/oncepay/oncepay => ../
+	github.com/oncepay/oncepay/idempotent => ../idempotent
+)

@@ -9,23 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// Attempt is one answered attempt at a key, from the key's attempt log: the diagnosis of
-// seed 000 §5.4 made answerable. The same request id on several attempts means one request
-// was retried; different request ids on one key mean several requests raced or were
-// redelivered; milliseconds between them mean concurrency, seconds or more a retry.
-type Attempt struct {
-	At        time.Time     `json:"at"`
-	RequestID string        `json:"request_id"`
-	Via       string        `json:"via"`
-	Outcome   string        `json:"outcome"`
-	Layer     string        `json:"layer"`
-	Status    int           `json:"status"`
-	Duration  time.Duration `json:"-"`
-	// DurationMS is Duration in milliseconds, for JSON.
-	DurationMS float64 `json:"duration_ms"`
-}
+	"github.com/oncepay/oncepay/idempotent/internal/opskit"
+)
 
 // attempt is a log entry being written.
 type attempt struct {
@@ -45,11 +31,11 @@ func (g *Guard) newAttempt(ctx context.Context, req Request, res Result, err err
 		outcome = string(Executed)
 	}
 	return &attempt{at: start, rid: g.cfg.RequestID(ctx), via: req.Via, outcome: outcome,
-		layer: string(res.Layer), status: res.Response.Status, duration: time.Since(start)}
+		layer: res.Layer, status: res.Response.Status, duration: time.Since(start)}
 }
 
 // attemptLog appends attempts to their keys' logs off the request's path. The log is for a
-// person diagnosing a key (Attempts, the admin lookup): it must say how many copies came and
+// person diagnosing a key (idemops.Attempts, the admin lookup): it must say how many copies came and
 // when, but no copy should wait for it — an XADD in the claim's script was a fifth of a
 // replay's cost. add queues an entry and returns; one goroutine at a time sends what is
 // queued in one pipeline and exits once the queue is empty, so an idle guard runs nothing.
@@ -135,14 +121,12 @@ func (l *attemptLog) send(batch []queuedAttempt) {
 		pipe.PExpire(ctx, g.logKey(q.key), g.cfg.CacheTTL)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		g.metrics.redisErrors.WithLabelValues(string(LayerCache)).Inc()
+		g.metrics.redisErrors.WithLabelValues(layerCache).Inc()
 	}
 }
 
-// Attempts returns the logged attempts at k, oldest first: every attempt answered while
-// Redis was reachable, for as long as the replay cache keeps the key (at most the last 64 or
-// so). Attempts answered while Redis was down are only in the logs.
-func (g *Guard) Attempts(ctx context.Context, k Key) ([]Attempt, error) {
+// attempts returns the logged attempts at k, oldest first (idemops.Attempts).
+func (g *Guard) attempts(ctx context.Context, k Key) ([]opskit.Attempt, error) {
 	if g.rdb == nil {
 		return nil, nil
 	}
@@ -151,13 +135,13 @@ func (g *Guard) Attempts(ctx context.Context, k Key) ([]Attempt, error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	out := make([]Attempt, 0, len(msgs))
+	out := make([]opskit.Attempt, 0, len(msgs))
 	for _, m := range msgs {
 		str := func(f string) string { s, _ := m.Values[f].(string); return s }
 		ms, _ := strconv.ParseInt(str("t"), 10, 64)
 		status, _ := strconv.Atoi(str("status"))
 		d, _ := strconv.ParseFloat(str("ms"), 64)
-		out = append(out, Attempt{
+		out = append(out, opskit.Attempt{
 			At: time.UnixMilli(ms).UTC(), RequestID: str("rid"), Via: str("via"), Outcome: str("outcome"),
 			Layer: str("layer"), Status: status, Duration: time.Duration(d * float64(time.Millisecond)), DurationMS: d,
 		})

@@ -13,8 +13,9 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/idemlab"
+	"github.com/oncepay/oncepay/idempotent/idemops"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
-	"github.com/oncepay/oncepay/internal/platform/redisx"
+	"github.com/oncepay/oncepay/idempotent/internal/testnet"
 )
 
 // clusterEnv is a guard's database and a real three-master Redis Cluster, with the map of
@@ -27,11 +28,11 @@ type clusterEnv struct {
 }
 
 // newClusterEnv starts a Redis Cluster (idemtest.RedisCluster) and a fresh database with the
-// side_effects table. The client is redisx's, with oncepay's own options.
+// side_effects table. The client has the options a service gives it (testnet, as oncepay's redisx).
 func newClusterEnv(t *testing.T) *clusterEnv {
 	t.Helper()
 	addrs := idemtest.RedisCluster(t)
-	e := &clusterEnv{cluster: redisx.NewClusterClient(addrs)}
+	e := &clusterEnv{cluster: testnet.NewClusterClient(addrs)}
 	t.Cleanup(func() { _ = e.cluster.Close() })
 	e.db, e.dialect = idemtest.DB(t, idemtest.Default()), idemtest.Default()
 	createSideEffects(t, e.db)
@@ -63,7 +64,7 @@ func (e *clusterEnv) node(t *testing.T, g *idempotent.Guard, k idempotent.Key) s
 // direct returns a plain client of the node at addr, to look at what it holds itself.
 func direct(t *testing.T, addr string) *redis.Client {
 	t.Helper()
-	c := redisx.NewClient(addr, 0)
+	c := testnet.NewClient(addr)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -186,7 +187,7 @@ func TestClusterLayers(t *testing.T) {
 				return g.Message(ctx, req, effectWork(k.BizKey, 10*time.Millisecond, http.StatusOK))
 			})
 			for i, c := range calls {
-				if c.err != nil && !errors.Is(c.err, idempotent.ErrMessageInFlight) && !errors.Is(c.err, idempotent.ErrKeyInUse) {
+				if c.err != nil && !errors.Is(c.err, idempotent.ErrKeyInUse) {
 					t.Errorf("%s copy %d: %v", k, i, c.err)
 				}
 			}
@@ -197,7 +198,7 @@ func TestClusterLayers(t *testing.T) {
 			if err != nil || res.Outcome != idempotent.Replayed {
 				t.Errorf("%s redelivered: outcome %q layer %q err %v, want replayed", k, res.Outcome, res.Layer, err)
 			}
-			attempts, err := g.Attempts(ctx, k)
+			attempts, err := idemops.Attempts(ctx, g, k)
 			if err != nil || len(attempts) == 0 {
 				t.Errorf("%s: attempt log %v, %v; want the logged attempts", k, attempts, err)
 			}
@@ -209,14 +210,14 @@ func TestClusterLayers(t *testing.T) {
 		for _, k := range keys {
 			req := request(k, `{}`)
 			mustExecute(t, g, req, effectWork(k.BizKey, 0, http.StatusConflict))
-			if _, err := g.Evict(ctx, k); err != nil {
+			if _, err := idemops.Evict(ctx, g, k); err != nil {
 				t.Fatalf("Evict %s: %v", k, err)
 			}
 			if n, err := direct(t, nodes[k]).Exists(ctx, g.CacheKey(k)).Result(); err != nil || n != 0 {
 				t.Errorf("%s: the replay cache entry survived the eviction on %s: %d, %v", k, nodes[k], n, err)
 			}
 			mustExecute(t, g, req, effectWork(k.BizKey, 0, http.StatusCreated))
-			if _, err := g.Evict(ctx, k); !errors.Is(err, idempotent.ErrEffectCommitted) {
+			if _, err := idemops.Evict(ctx, g, k); !errors.Is(err, idemops.ErrEffectCommitted) {
 				t.Errorf("Evict of a stored 201 %s: %v, want ErrEffectCommitted", k, err)
 			}
 		}
@@ -241,9 +242,9 @@ func TestClusterLayers(t *testing.T) {
 		for i := range 6 {
 			job := fmt.Sprintf("cluster-job-%d", i)
 			ran := false
-			ok, err := g.RunLocked(ctx, job, func(ctx context.Context) error {
+			ok, err := idemops.RunLocked(ctx, g, job, func(ctx context.Context) error {
 				ran = true
-				inner, err := g.RunLocked(ctx, job, func(context.Context) error { return errors.New("ran twice") })
+				inner, err := idemops.RunLocked(ctx, g, job, func(context.Context) error { return errors.New("ran twice") })
 				if inner || err != nil {
 					return fmt.Errorf("a second holder of %s: ok=%v err=%v, want refused", job, inner, err)
 				}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+
+	"github.com/oncepay/oncepay/idempotent/dberr"
 )
 
 // Conflict marks err, returned by a work, as a deterministic refusal of the business: the
@@ -18,7 +20,7 @@ import (
 // is or wraps an *Error, that error's Code and Detail. ExampleConflict runs it:
 //
 //	if err := tx.Create(&claim{User: "42", Campaign: "spring"}).Error; err != nil {
-//		if sqliteerr.Classify(err) == idempotent.ErrorDuplicateKey { // mysqlerr, pgerr
+//		if sqliteerr.Classify(err) == dberr.DuplicateKey { // mysqlerr, pgerr
 //			return idempotent.Response{}, idempotent.Conflict(errors.Join(errAlreadyClaimed, err))
 //		}
 //		return idempotent.Response{}, err
@@ -57,7 +59,7 @@ func (g *Guard) conflictResponse(_ context.Context, err error) (Response, bool) 
 		return Response{}, false
 	}
 	switch g.cfg.Classify(err) {
-	case ErrorAborted, ErrorLockWait, ErrorUnavailable, ErrorConnectionLost:
+	case dberr.Aborted, dberr.LockWait, dberr.Unavailable, dberr.ConnectionLost:
 		return Response{}, false
 	}
 	code, detail := conflictCode, conflictDetail

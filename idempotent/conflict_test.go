@@ -10,15 +10,16 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
 // claimWork claims user's coupon of campaign: one per user per campaign, held by a unique
 // key of the work's own table. A duplicate on it is the work's refusal, marked Conflict.
-func claimWork(classify func(error) idempotent.ErrorClass, user, campaign string, conflict func(error) error) idempotent.Work {
+func claimWork(classify func(error) dberr.Class, user, campaign string, conflict func(error) error) idempotent.Work {
 	return idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		err := tx.Exec("INSERT INTO coupon_claims (user_id, campaign) VALUES (?, ?)", user, campaign).Error
-		if err != nil && classify(err) == idempotent.ErrorDuplicateKey {
+		if err != nil && classify(err) == dberr.DuplicateKey {
 			return idempotent.Response{}, conflict(err)
 		}
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemops"
 )
 
 // TestDatabaseOnly runs a guard built without a Redis client: every layer that needs Redis
@@ -32,10 +33,10 @@ func TestDatabaseOnly(t *testing.T) {
 	if n := countEffects(t, e.db, key.BizKey); n != 1 {
 		t.Errorf("%d effects, want 1", n)
 	}
-	if attempts, err := g.Attempts(ctx, key); err != nil || len(attempts) != 0 {
+	if attempts, err := idemops.Attempts(ctx, g, key); err != nil || len(attempts) != 0 {
 		t.Errorf("Attempts = %v, %v; want none and no error (no attempt log without Redis)", attempts, err)
 	}
-	if inFlight, _, err := g.InFlight(ctx, key); err != nil || inFlight {
+	if inFlight, _, err := idemops.InFlight(ctx, g, key); err != nil || inFlight {
 		t.Errorf("InFlight = %v, %v; want false, nil", inFlight, err)
 	}
 
@@ -62,13 +63,13 @@ func TestDatabaseOnly(t *testing.T) {
 	t.Run("a stored 4xx is evicted", func(t *testing.T) {
 		k := testKey(t, "user:1", "db-only-evict")
 		mustExecute(t, g, request(k, `{}`), effectWork(k.BizKey, 0, http.StatusConflict))
-		if _, err := g.Evict(ctx, k); err != nil {
+		if _, err := idemops.Evict(ctx, g, k); err != nil {
 			t.Fatalf("Evict: %v", err)
 		}
 		if _, found, err := g.Lookup(ctx, k); err != nil || found {
 			t.Errorf("after Evict: found %v, %v; want no record", found, err)
 		}
-		if _, err := g.Evict(ctx, key); !errors.Is(err, idempotent.ErrEffectCommitted) {
+		if _, err := idemops.Evict(ctx, g, key); !errors.Is(err, idemops.ErrEffectCommitted) {
 			t.Errorf("Evict of a stored 201: %v, want ErrEffectCommitted", err)
 		}
 	})
@@ -86,7 +87,7 @@ func TestDatabaseOnly(t *testing.T) {
 			}
 		}
 		ran := false
-		if ok, err := g.RunLocked(ctx, "db-only-job", func(context.Context) error { ran = true; return nil }); !ok || err != nil || !ran {
+		if ok, err := idemops.RunLocked(ctx, g, "db-only-job", func(context.Context) error { ran = true; return nil }); !ok || err != nil || !ran {
 			t.Errorf("RunLocked = %v, %v (ran %v), want the job run", ok, err, ran)
 		}
 		time.Sleep(10 * time.Millisecond)

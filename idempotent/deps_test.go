@@ -1,6 +1,7 @@
 package idempotent_test
 
 import (
+	"encoding/json"
 	"errors"
 	"os/exec"
 	"slices"
@@ -10,7 +11,7 @@ import (
 
 // kitPackages are the packages of the idempotency kit; each of them is a library another
 // module imports.
-var kitPackages = []string{"", "/httpkey", "/mysqlerr", "/sqliteerr", "/pgerr", "/idemtest"}
+var kitPackages = []string{"", "/httpkey", "/dberr", "/mysqlerr", "/sqliteerr", "/pgerr", "/idemops", "/idemtest", "/idemlab"}
 
 // coreModules are the only modules the core and its net/http adapter may build with: a
 // service that imports them pulls in gorm, go-redis, redsync and Prometheus's client, never
@@ -18,7 +19,7 @@ var kitPackages = []string{"", "/httpkey", "/mysqlerr", "/sqliteerr", "/pgerr", 
 var coreModules = []string{
 	"github.com/beorn7/perks", "github.com/cespare/xxhash/v2", "github.com/go-redsync/redsync/v4",
 	"github.com/jinzhu/inflection", "github.com/jinzhu/now", "github.com/munnerz/goautoneg",
-	"github.com/oncepay/oncepay", "github.com/prometheus/client_golang", "github.com/prometheus/client_model",
+	"github.com/oncepay/oncepay/idempotent", "github.com/prometheus/client_golang", "github.com/prometheus/client_model",
 	"github.com/prometheus/common", "github.com/prometheus/procfs", "github.com/redis/go-redis/v9",
 	"go.uber.org/atomic", "golang.org/x/sys", "golang.org/x/text", "google.golang.org/protobuf", "gorm.io/gorm",
 }
@@ -81,5 +82,46 @@ func TestCoreBuildsWithFewModules(t *testing.T) {
 	}
 	if !slices.Contains(mods, "gorm.io/gorm") {
 		t.Errorf("go list printed %d modules without gorm: is it listing the core?", len(mods))
+	}
+}
+
+// TestModuleRequiresNothingOfOncepay: the kit is a module of its own, which a stranger gets
+// with go get github.com/oncepay/oncepay/idempotent and which brings only the kit's own
+// dependencies. Its module graph (go list -m all) holds no other module of oncepay — the
+// service's least of all, whose go.mod would pull in Kafka, the router and the migrations
+// tool — and its go.mod replaces nothing, since a replace binds no one but the kit's own
+// builds and would hide a requirement a stranger cannot resolve.
+func TestModuleRequiresNothingOfOncepay(t *testing.T) {
+	t.Parallel()
+	const kit = "github.com/oncepay/oncepay/idempotent"
+	mods := goList(t, "-m", "-f", "{{.Path}}", "all")
+	if len(mods) == 0 || mods[0] != kit {
+		t.Fatalf("go list -m all starts with %q, want the kit's module %s: is the test running in it?", mods, kit)
+	}
+	for _, m := range mods[1:] {
+		if m == "github.com/oncepay/oncepay" || strings.HasPrefix(m, "github.com/oncepay/") {
+			t.Errorf("the kit's module graph holds %s", m)
+		}
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(gobin, "mod", "edit", "-json").Output()
+	if err != nil {
+		t.Fatalf("go mod edit -json: %v", err)
+	}
+	var mod struct {
+		Module  struct{ Path string }
+		Replace []struct{ Old, New struct{ Path string } }
+	}
+	if err := json.Unmarshal(out, &mod); err != nil {
+		t.Fatal(err)
+	}
+	if mod.Module.Path != kit {
+		t.Fatalf("go.mod declares module %q, want %s", mod.Module.Path, kit)
+	}
+	for _, r := range mod.Replace {
+		t.Errorf("the kit's go.mod replaces %s with %s", r.Old.Path, r.New.Path)
 	}
 }

@@ -29,7 +29,9 @@
 // A work whose own unique key or precondition refuses the write marks the error with Conflict
 // (ExampleConflict): a 409 stored and replayed, not a 500. idemtest.Run checks these promises
 // on an adopter's own database and Redis. idempotent/README.md gives the install line, the
-// drivers, the headers and every answer a client may get, in one page.
+// drivers, the headers and every answer a client may get, in one page. What an operator or a
+// job runner does beyond the request path (a key's attempt log, evicting a stored refusal, the
+// jobs' cluster-wide lock) is idempotent/idemops.
 //
 // Work that must happen outside the transaction — a call to another system, such as closing
 // a trade at a payment channel before a cancel — goes in Request.Before: it runs after the key
@@ -84,10 +86,11 @@
 //
 // # When the database fails under the transaction
 //
-// Config.Classify (mysqlerr, pgerr, sqliteerr) tells the guard what a database error means.
-// A transaction the database aborted (a deadlock, a Galera certification conflict) or could
-// not serve (a Galera node not ready) is run again with backoff for Config.RetryFor, then
-// answered ErrDatabaseBusy. A connection lost under a statement (ErrorConnectionLost: reset,
+// Config.Classify (mysqlerr, pgerr, sqliteerr; the classes are idempotent/dberr's) tells the
+// guard what a database error means. A transaction the database aborted (a deadlock, a Galera
+// certification conflict) or could not serve (a Galera node not ready) is run again with
+// backoff for Config.RetryFor, then answered ErrUnavailable (the database busy: nothing
+// stored, retry later). A connection lost under a statement (dberr.ConnectionLost: reset,
 // closed, timed out) is run again the same way — but one lost at the COMMIT is indefinite:
 // the commit may have applied with its answer lost. The guard reads the record on another
 // connection first (resolveCommit): found with this attempt's id, the attempt executed. Not
@@ -96,5 +99,5 @@
 // committed one as a duplicate, which the guard knows by its id for this call's own: the call
 // is answered executed, with the answer that attempt recorded. TestCommitAnswerLost cuts a
 // real connection the moment its COMMIT went out, TestCommitLandsAfterItsAnswerWasLost lets
-// the COMMIT land after the client gave up (internal/testsupport/netfault).
+// the COMMIT land after the client gave up (a TCP proxy of the tests, internal/testnet).
 package idempotent

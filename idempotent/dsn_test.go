@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemops"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 	"github.com/oncepay/oncepay/idempotent/mysqlerr"
 )
@@ -82,7 +83,7 @@ func TestMySQLWithoutParseTime(t *testing.T) {
 	if age := time.Since(rec.CreatedAt); age < -time.Minute || age > time.Minute {
 		t.Errorf("Lookup: created_at %v is %v from now: read in the wrong zone or not at all", rec.CreatedAt, age)
 	}
-	recs, err := g.LookupBizKey(ctx, "t", "k-1", 10)
+	recs, err := idemops.LookupBizKey(ctx, g, "t", "k-1", 10)
 	if err != nil || len(recs) != 1 || !recs[0].ExpiresAt.After(recs[0].CreatedAt) {
 		t.Errorf("LookupBizKey: %d records, err %v; want one, expiring after its creation", len(recs), err)
 	}

@@ -28,13 +28,15 @@ var (
 	ErrKeyReused = &Error{Code: "idempotency_key_reused", Detail: "this key was used with a different request (method, path or body)"}
 	// ErrTokenInvalid: a tok_ key that is not a live token of this scope.
 	ErrTokenInvalid = &Error{Code: "idempotency_token_invalid", Detail: "the tok_ key is not a live token issued to this user; get one from the service's token endpoint"}
-	// ErrUnavailable: Redis is unreachable and the guard was told to reject without it.
+	// ErrUnavailable: a store the attempt needs is not serving it now; nothing was stored,
+	// retry later. Redis is unreachable and the guard was told to reject without it, or the
+	// database kept aborting the attempt's transaction (errDatabaseBusy, whose code it is).
 	ErrUnavailable = &Error{Code: "unavailable", Detail: "redis is unavailable; retry later"}
-	// ErrDatabaseBusy: the database kept aborting the attempt's transaction (deadlocks,
+	// errDatabaseBusy: the database kept aborting the attempt's transaction (deadlocks,
 	// Galera certification conflicts on a hot row) or refusing it (a node not ready) for
 	// Config.RetryFor, or a statement waited out the lock wait timeout; nothing was stored,
-	// retry later. Its code is ErrUnavailable's, so errors.Is matches either.
-	ErrDatabaseBusy = &Error{Code: "unavailable", Detail: "the database kept aborting this request's transaction (conflicting writes) or is not ready; nothing was stored; retry later with the same key"}
+	// retry later. Its code is ErrUnavailable's, so errors.Is(err, ErrUnavailable) matches it.
+	errDatabaseBusy = &Error{Code: "unavailable", Detail: "the database kept aborting this request's transaction (conflicting writes) or is not ready; nothing was stored; retry later with the same key"}
 )
 
 // ErrLockLost is the cause of a work context cancelled because the lease could not be

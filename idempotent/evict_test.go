@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemops"
 )
 
 // TestEvictStoredClientError: a stored 4xx is evicted — record and replay cache — so the next
@@ -26,7 +27,7 @@ func TestEvictStoredClientError(t *testing.T) {
 		t.Fatalf("second attempt before the eviction: outcome %q err %v, want replayed", res.Outcome, err)
 	}
 
-	rec, err := g.Evict(ctx, k)
+	rec, err := idemops.Evict(ctx, g, k)
 	if err != nil {
 		t.Fatalf("Evict: %v", err)
 	}
@@ -59,8 +60,8 @@ func TestEvictRefusesSuccess(t *testing.T) {
 	k := testKey(t, "user:1", "k")
 
 	mustExecute(t, g, request(k, `{}`), effectWork(k.BizKey, 0, http.StatusCreated))
-	rec, err := g.Evict(ctx, k)
-	if !errors.Is(err, idempotent.ErrEffectCommitted) {
+	rec, err := idemops.Evict(ctx, g, k)
+	if !errors.Is(err, idemops.ErrEffectCommitted) {
 		t.Fatalf("Evict of a 201: err %v, want ErrEffectCommitted", err)
 	}
 	if rec.ResponseStatus != http.StatusCreated {
@@ -73,7 +74,7 @@ func TestEvictRefusesSuccess(t *testing.T) {
 		t.Errorf("after the refused eviction: outcome %q err %v, want replayed", res.Outcome, err)
 	}
 
-	if _, err := g.Evict(ctx, testKey(t, "user:1", "unknown")); !errors.Is(err, idempotent.ErrRecordNotFound) {
+	if _, err := idemops.Evict(ctx, g, testKey(t, "user:1", "unknown")); !errors.Is(err, idemops.ErrRecordNotFound) {
 		t.Errorf("Evict of an unknown key: err %v, want ErrRecordNotFound", err)
 	}
 }
@@ -91,7 +92,7 @@ func TestEvictWhileInFlight(t *testing.T) {
 	if err := e.rdb.Set(ctx, g.LeaseKey(k), "someone", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Evict(ctx, k); !errors.Is(err, idempotent.ErrKeyInUse) {
+	if _, err := idemops.Evict(ctx, g, k); !errors.Is(err, idempotent.ErrKeyInUse) {
 		t.Errorf("Evict under another attempt's lock: err %v, want ErrKeyInUse", err)
 	}
 	if n := countRecords(t, e.db, k); n != 1 {

@@ -19,6 +19,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/idempotent/sqliteerr"
 )
@@ -233,7 +234,7 @@ func ExampleGuard_IssueToken() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("issued a token:", idempotent.IsToken(token))
+	fmt.Println("issued a token:", strings.HasPrefix(token, "tok_"))
 
 	body := []byte(`{"text":"hello"}`)
 	submit := func(scope, key string) {
@@ -289,7 +290,7 @@ func ExampleConflict() {
 		}
 		res, err := guard.Do(ctx, req, idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 			if err := tx.Create(&claim{User: "42", Campaign: "spring"}).Error; err != nil {
-				if sqliteerr.Classify(err) == idempotent.ErrorDuplicateKey { // mysqlerr, pgerr
+				if sqliteerr.Classify(err) == dberr.DuplicateKey { // mysqlerr, pgerr
 					return idempotent.Response{}, idempotent.Conflict(errors.Join(errAlreadyClaimed, err))
 				}
 				return idempotent.Response{}, err

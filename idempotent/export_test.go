@@ -38,3 +38,24 @@ func (g *Guard) DrainAttemptLog() {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Layer is the type of Result.Layer, and the layers' names, for the tests' tables.
+type Layer = string
+
+const (
+	LayerToken   = layerToken
+	LayerCache   = layerCache
+	LayerLock    = layerLock
+	LayerDedup   = layerDedup
+	LayerMessage = layerMessage
+	LayerWork    = layerWork
+)
+
+// StatusCompleted is Record.Status of a committed outcome.
+const StatusCompleted = statusCompleted
+
+// ErrDatabaseBusy is the ErrUnavailable of a database that kept aborting the transaction.
+var ErrDatabaseBusy = errDatabaseBusy
+
+// IsToken reports whether key is a server-issued one-time token.
+var IsToken = isToken

@@ -16,7 +16,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
-	"github.com/oncepay/oncepay/internal/platform/redisx"
+	"github.com/oncepay/oncepay/idempotent/internal/testnet"
 )
 
 // failoverInstances is how many service instances share the cluster and the database in the
@@ -25,7 +25,7 @@ const failoverInstances = 3
 
 // failoverResume bounds how long after a replica's promotion every instance's claims on the
 // promoted shard may still fail: the slot map's reload on a connection error, and at worst
-// its periodic reload (redisx.clusterStateReload), must find the new master well within it.
+// its periodic reload (testnet.clusterStateReload), must find the new master well within it.
 const failoverResume = 3 * time.Second
 
 // failoverEnv is a database, a Redis Cluster of three masters with a replica each, and
@@ -46,7 +46,7 @@ func newFailoverEnv(t *testing.T) *failoverEnv {
 	e.db, e.dialect = idemtest.DB(t, idemtest.Default()), idemtest.Default()
 	createSideEffects(t, e.db)
 	for range failoverInstances {
-		c := redisx.NewClusterClient(e.cluster.Addrs())
+		c := testnet.NewClusterClient(e.cluster.Addrs())
 		t.Cleanup(func() { _ = c.Close() })
 		e.clients = append(e.clients, c)
 		e.guards = append(e.guards, e.guardWith(c, idempotent.Config{LockTTL: 2 * time.Second}))
@@ -246,7 +246,7 @@ func (e *failoverEnv) checkStorms(t *testing.T, storms []stormed) {
 // during the failover the lease was off, or granted again by a promoted replica that never
 // saw it (I15): the dedup record in the database is the fence. And every instance's claims
 // reach the promoted replica within failoverResume of its promotion: without the slot map's
-// reload on a connection error (redisx), the instances kept sending the dead master's slots
+// reload on a connection error (testnet), the instances kept sending the dead master's slots
 // to the dead node for as long as go-redis's 60 s reload interval.
 func TestClusterFailover(t *testing.T) {
 	e := newFailoverEnv(t)

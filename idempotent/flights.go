@@ -50,7 +50,7 @@ func (f *flights) do(ctx context.Context, name string, attempt func() (Result, e
 		}
 		if first.err == nil && storable(first.res.Response.Status) &&
 			(first.res.Outcome == Executed || first.res.Outcome == Replayed) {
-			return Result{Response: first.res.Response, Outcome: Replayed, Layer: LayerDedup}, nil
+			return Result{Response: first.res.Response, Outcome: Replayed, Layer: layerDedup}, nil
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/internal/labkit"
 )
 
@@ -44,9 +45,9 @@ type Config struct {
 	RejectWithoutRedis bool
 
 	// RetryFor bounds how long the guard keeps running again a transaction the database
-	// aborted (ErrorAborted: a deadlock, a Galera certification conflict) or could not serve
-	// (ErrorUnavailable: a Galera node not ready), with a backoff that doubles from 10 ms to
-	// 250 ms and its jitter. Past it the attempt is answered ErrDatabaseBusy, a 503 to
+	// aborted (dberr.Aborted: a deadlock, a Galera certification conflict) or could not serve
+	// (dberr.Unavailable: a Galera node not ready), with a backoff that doubles from 10 ms to
+	// 250 ms and its jitter. Past it the attempt is answered ErrUnavailable, a 503 to
 	// retry, with nothing stored. On a multi-master cluster a conflict on a hot row is
 	// routine, not a bug: four quick reruns within ~200 ms, as the guard once did, still
 	// lost to a busy row and answered 500. Default 3s.
@@ -57,10 +58,10 @@ type Config struct {
 	// reads it: Redis keeps the expiry, on Redis's clock (IssueToken).
 	Now func() time.Time
 
-	// Classify tells the guard what a database error means (see ErrorClass). Default:
-	// Classify, which recognises the record's duplicate key on every dialect; mysqlerr,
-	// sqliteerr and pgerr classify deadlocks and lock timeouts too.
-	Classify func(err error) ErrorClass
+	// Classify tells the guard what a database error means (package idempotent/dberr).
+	// Default: dberr.Classify, which recognises the record's duplicate key on every
+	// dialect; mysqlerr, sqliteerr and pgerr classify deadlocks and lock timeouts too.
+	Classify func(err error) dberr.Class
 	// Reject turns an error returned by the work into the answer to store for it, when the
 	// error is a deterministic business refusal (out of stock, illegal state): the
 	// transaction is rolled back and the answer is stored alone, so every copy gets it again.
@@ -77,51 +78,6 @@ type Config struct {
 	// package idemlab sets it (idemlab.With).
 	lab labkit.Switches
 }
-
-// Classify is the default Config.Classify: it knows what gorm knows of every dialect — its
-// record's duplicate key, which the guard has the database's dialect translate to
-// gorm.ErrDuplicatedKey, whatever the gorm.Config — and nothing else. A deadlock is then an
-// error like any other, answered 5xx with nothing stored; a dialect's own classifier
-// (mysqlerr, sqliteerr, pgerr) also runs an aborted transaction again.
-func Classify(err error) ErrorClass {
-	if errors.Is(err, gorm.ErrDuplicatedKey) {
-		return ErrorDuplicateKey
-	}
-	return ErrorOther
-}
-
-// ErrorClass is what a database error means to the guard.
-type ErrorClass int
-
-// The classes of database errors.
-const (
-	// ErrorOther is any error the guard does not act on.
-	ErrorOther ErrorClass = iota
-	// ErrorDuplicateKey is a unique-index violation: another attempt holds or committed the key.
-	ErrorDuplicateKey
-	// ErrorAborted is a transaction the database aborted (deadlock, busy file): it left
-	// nothing behind and may be run again.
-	ErrorAborted
-	// ErrorLockWait is a statement that waited out the lock wait timeout behind another
-	// transaction (on Galera also a causal read, wsrep_sync_wait, that timed out). The
-	// guard does not run it again (it would wait as long again): a record's insert that
-	// waited is a copy in progress (ErrKeyInUse), a work's statement ErrDatabaseBusy.
-	ErrorLockWait
-	// ErrorUnavailable is a database that refused the transaction for the moment, before
-	// anything of it was applied: a Galera node that is not part of the primary component
-	// or not yet synced (MariaDB's 1047, "WSREP has not yet prepared node for application
-	// use"). The guard runs it again, within Config.RetryFor, as it does an aborted one.
-	ErrorUnavailable
-	// ErrorConnectionLost is a connection to the database that broke under a statement of
-	// the transaction (not a dial that failed: that is ErrorOther, and answered at once):
-	// reset, closed, timed out waiting for an answer. Before the COMMIT the server rolls
-	// the transaction back; during it the outcome is unknown (the COMMIT may have been
-	// applied, its answer lost). The guard asks the record which it was (resolveCommit) and
-	// runs the transaction again, within Config.RetryFor, when the record is not there: a
-	// commit that was in truth applied makes the rerun's record a duplicate, which the guard
-	// knows by the record's id for the call's own commit and answers executed.
-	ErrorConnectionLost
-)
 
 func (c Config) withDefaults() Config {
 	if c.LockTTL <= 0 {
@@ -146,7 +102,7 @@ func (c Config) withDefaults() Config {
 		c.Now = time.Now
 	}
 	if c.Classify == nil {
-		c.Classify = Classify
+		c.Classify = dberr.Classify
 	}
 	if c.NewID == nil {
 		c.NewID = randomID
@@ -185,8 +141,8 @@ type Guard struct {
 // there is no replay cache, no attempt log and no one-time token (a tok_ key is answered
 // ErrUnavailable). A request with work outside the transaction
 // before it (Before: a call a replay must never repeat) needs the lease and is refused with
-// ErrUnavailable; RunLocked runs its job on the job's own preconditions; Message has no
-// marker; Evict and Purge work on the records alone.
+// ErrUnavailable; idemops.RunLocked runs its job on the job's own preconditions; Message has no
+// marker; idemops.Evict and Purge work on the records alone.
 func New(db *gorm.DB, rdb redis.UniversalClient, cfg Config) *Guard {
 	g := &Guard{
 		db:        db,
@@ -299,7 +255,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		return g.unguarded(ctx, req, work)
 	}
 	start := time.Now()
-	var degraded []Layer // the layers that stepped aside with Redis unreachable
+	var degraded []string // the layers that stepped aside with Redis unreachable
 	defer func() {
 		if res.Degraded == nil {
 			res.Degraded = degraded
@@ -308,10 +264,10 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	}()
 
 	// Layer 1, token (I7): a tok_ key must be a live token of this scope.
-	if IsToken(req.Key.BizKey) && g.rdb == nil {
-		return Result{Outcome: Unavailable, Layer: LayerToken}, &Error{Code: ErrUnavailable.Code, Detail: "one-time tokens live in Redis, and this service runs its idempotency on the database alone"}
+	if isToken(req.Key.BizKey) && g.rdb == nil {
+		return Result{Outcome: Unavailable, Layer: layerToken}, &Error{Code: ErrUnavailable.Code, Detail: "one-time tokens live in Redis, and this service runs its idempotency on the database alone"}
 	}
-	if IsToken(req.Key.BizKey) {
+	if isToken(req.Key.BizKey) {
 		res, err, done := g.checkToken(ctx, req)
 		if done {
 			return res, err
@@ -326,16 +282,16 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	l, cached, cerr := g.claim(ctx, req)
 	switch {
 	case errors.Is(cerr, errLockBusy):
-		return g.logged(ctx, req, Result{Outcome: InProgress, Layer: LayerLock}, ErrKeyInUse, start, http.StatusConflict)
+		return g.logged(ctx, req, Result{Outcome: InProgress, Layer: layerLock}, ErrKeyInUse, start, http.StatusConflict)
 	case cerr != nil:
-		if err := g.redisFailed(LayerCache, cerr); err != nil {
-			return Result{Outcome: Unavailable, Layer: LayerCache}, err
+		if err := g.redisFailed(layerCache, cerr); err != nil {
+			return Result{Outcome: Unavailable, Layer: layerCache}, err
 		}
-		degraded = append(degraded, LayerCache, LayerLock)
+		degraded = append(degraded, layerCache, layerLock)
 	case cached != nil && cached.Fingerprint != req.Fingerprint:
-		return g.logged(ctx, req, Result{Outcome: Mismatch, Layer: LayerCache}, ErrKeyReused, start, cached.Response.Status)
+		return g.logged(ctx, req, Result{Outcome: Mismatch, Layer: layerCache}, ErrKeyReused, start, cached.Response.Status)
 	case cached != nil:
-		return g.logged(ctx, req, Result{Response: cached.Response, Outcome: Replayed, Layer: LayerCache}, nil, start, cached.Response.Status)
+		return g.logged(ctx, req, Result{Response: cached.Response, Outcome: Replayed, Layer: layerCache}, nil, start, cached.Response.Status)
 	case l != nil:
 		workCtx = l.ctx
 	}
@@ -345,7 +301,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 			err.Detail = "the request's work outside the transaction must run under its idempotency lease, which needs Redis"
 		}
 		g.finish(ctx, req, l, Result{}, err, start, cerr == nil)
-		return Result{Outcome: Unavailable, Layer: LayerLock}, err
+		return Result{Outcome: Unavailable, Layer: layerLock}, err
 	}
 
 	// With no replay cache to ask (turned off, or Redis down), a duplicate would run the
@@ -412,7 +368,7 @@ var errPanicked = errors.New("the work panicked")
 func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, err error, start time.Time, redisUp bool) {
 	var fill *cached
 	if !g.cfg.Lab.NoCache && storable(res.Response.Status) &&
-		(res.Outcome == Executed || (res.Outcome == Replayed && res.Layer == LayerDedup)) {
+		(res.Outcome == Executed || (res.Outcome == Replayed && res.Layer == layerDedup)) {
 		fill = &cached{Fingerprint: req.Fingerprint, Response: res.Response.replayable()}
 	}
 	bg := context.WithoutCancel(ctx)
@@ -439,10 +395,10 @@ func (g *Guard) logged(ctx context.Context, req Request, res Result, err error, 
 
 // redisFailed decides what a Redis failure in a layer means: nil lets the layer step aside
 // (degrade), an error refuses the request (reject).
-func (g *Guard) redisFailed(layer Layer, err error) error {
-	g.metrics.redisErrors.WithLabelValues(string(layer)).Inc()
+func (g *Guard) redisFailed(layer string, err error) error {
+	g.metrics.redisErrors.WithLabelValues(layer).Inc()
 	if g.cfg.RejectWithoutRedis {
-		return &Error{Code: ErrUnavailable.Code, Detail: "redis is unavailable (" + string(layer) + " layer) and the guard rejects without it"}
+		return &Error{Code: ErrUnavailable.Code, Detail: "redis is unavailable (" + layer + " layer) and the guard rejects without it"}
 	}
 	return nil
 }
@@ -456,7 +412,7 @@ var errNotStored = errors.New("outcome not storable")
 // truth applied, the rerun's record would meet the committed one as a duplicate and replay
 // it. The reruns back off, doubling from 10 ms to 250 ms with jitter, for Config.RetryFor at
 // most; a transaction still refused then, or one whose statement waited out the lock wait
-// timeout, is answered ErrDatabaseBusy (503 to retry), with nothing stored — never as an
+// timeout, is answered errDatabaseBusy (503 to retry), with nothing stored — never as an
 // unexpected error (500).
 func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, error) {
 	start := time.Now()
@@ -469,12 +425,12 @@ func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, er
 		}
 		class := g.cfg.Classify(err)
 		if errors.Is(err, ErrStale) {
-			class = ErrorAborted
+			class = dberr.Aborted
 		}
 		switch {
-		case class == ErrorLockWait:
+		case class == dberr.LockWait:
 			return g.busy(attempt, start, err)
-		case class != ErrorAborted && class != ErrorUnavailable && class != ErrorConnectionLost:
+		case class != dberr.Aborted && class != dberr.Unavailable && class != dberr.ConnectionLost:
 			return res, err
 		}
 		sleep := backoff/2 + rand.N(backoff/2+1)
@@ -491,12 +447,12 @@ func (g *Guard) runOnce(ctx context.Context, req Request, work Work) (Result, er
 	}
 }
 
-// busy answers an attempt whose transaction the database kept refusing: ErrDatabaseBusy,
+// busy answers an attempt whose transaction the database kept refusing: errDatabaseBusy,
 // which carries the code unavailable, wrapping the database's last error for the log.
 func (g *Guard) busy(attempts int, start time.Time, err error) (Result, error) {
 	g.metrics.busy.Inc()
-	return Result{Outcome: Unavailable, Layer: LayerWork},
-		fmt.Errorf("%w (%d attempts in %s): %w", ErrDatabaseBusy, attempts, time.Since(start).Round(time.Millisecond), err)
+	return Result{Outcome: Unavailable, Layer: layerWork},
+		fmt.Errorf("%w (%d attempts in %s): %w", errDatabaseBusy, attempts, time.Since(start).Round(time.Millisecond), err)
 }
 
 // Errors of a work that did not keep Work's rules; each rolls the transaction back.
@@ -576,17 +532,17 @@ func (g *Guard) tryOnce(ctx context.Context, req Request, work Work, lost *lostC
 		workDone = true
 		return nil
 	})
-	if err != nil && workDone && recordErr == nil && g.cfg.Classify(err) == ErrorConnectionLost {
+	if err != nil && workDone && recordErr == nil && g.cfg.Classify(err) == dberr.ConnectionLost {
 		return g.resolveCommit(ctx, req, rec.ID, resp, err, lost)
 	}
 	switch {
 	case err == nil:
-		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
+		return Result{Response: resp, Outcome: Executed, Layer: layerWork}, nil
 	case errors.Is(err, errNotStored):
-		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
+		return Result{Response: resp, Outcome: Executed, Layer: layerWork}, nil
 	case recordErr != nil:
 		return g.afterRecordFailed(ctx, req, recordErr, *lost)
-	case recorded && g.cfg.Classify(err) == ErrorDuplicateKey:
+	case recorded && g.cfg.Classify(err) == dberr.DuplicateKey:
 		return g.afterDuplicate(ctx, req, err, *lost)
 	}
 	return g.refused(ctx, req, err)
@@ -608,7 +564,7 @@ func (g *Guard) afterDuplicate(ctx context.Context, req Request, err error, lost
 		return g.refused(ctx, req, err)
 	}
 	if resp, own := lost.answer(recID); own {
-		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
+		return Result{Response: resp, Outcome: Executed, Layer: layerWork}, nil
 	}
 	return res, ferr
 }
@@ -633,7 +589,7 @@ func (g *Guard) resolveCommit(ctx context.Context, req Request, id int64, resp R
 		return Result{}, err
 	}
 	if recID == id {
-		return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
+		return Result{Response: resp, Outcome: Executed, Layer: layerWork}, nil
 	}
 	return res, ferr
 }
@@ -649,7 +605,7 @@ func (g *Guard) refused(ctx context.Context, req Request, err error) (Result, er
 		return g.storeRejection(ctx, req, resp, err)
 	}
 	if req.Refused != nil && req.Refused(err) {
-		return Result{Outcome: Rejected, Layer: LayerWork}, err
+		return Result{Outcome: Rejected, Layer: layerWork}, err
 	}
 	return Result{}, err
 }
@@ -659,19 +615,19 @@ func (g *Guard) refused(ctx context.Context, req Request, err error) (Result, er
 // or an earlier attempt of this same call did, whose COMMIT lost its answer (lost).
 func (g *Guard) afterRecordFailed(ctx context.Context, req Request, err error, lost lostCommits) (Result, error) {
 	switch g.cfg.Classify(err) {
-	case ErrorDuplicateKey:
+	case dberr.DuplicateKey:
 		res, recID, found, ferr := g.fromRecordID(context.WithoutCancel(ctx), req)
 		if !found && ferr == nil {
-			return Result{Outcome: InProgress, Layer: LayerDedup}, ErrKeyInUse
+			return Result{Outcome: InProgress, Layer: layerDedup}, ErrKeyInUse
 		}
 		if resp, own := lost.answer(recID); found && own {
-			return Result{Response: resp, Outcome: Executed, Layer: LayerWork}, nil
+			return Result{Response: resp, Outcome: Executed, Layer: layerWork}, nil
 		}
 		return res, ferr
-	case ErrorLockWait:
+	case dberr.LockWait:
 		// The first attempt still holds the key after the lock wait timeout: it is in
 		// progress; running the insert again would only wait again.
-		return Result{Outcome: InProgress, Layer: LayerDedup}, ErrKeyInUse
+		return Result{Outcome: InProgress, Layer: layerDedup}, ErrKeyInUse
 	}
 	return Result{}, err
 }
@@ -700,7 +656,7 @@ func (g *Guard) storeRejection(ctx context.Context, req Request, resp Response, 
 	if err := g.insertRecord(ctx, g.db, rec); err != nil {
 		return g.afterRecordFailed(ctx, req, err, nil)
 	}
-	return Result{Response: resp, Outcome: Executed, Layer: LayerWork, Rejection: cause}, nil
+	return Result{Response: resp, Outcome: Executed, Layer: layerWork, Rejection: cause}, nil
 }
 
 // fromRecord answers from the committed record of req.Key, if there is one.
@@ -717,11 +673,11 @@ func (g *Guard) fromRecordID(ctx context.Context, req Request) (Result, int64, b
 	case err != nil || !found:
 		return Result{}, 0, false, err
 	case rec.Fingerprint != req.Fingerprint:
-		return Result{Outcome: Mismatch, Layer: LayerDedup}, rec.ID, true, ErrKeyReused
-	case rec.Status != StatusCompleted:
-		return Result{Outcome: InProgress, Layer: LayerDedup}, rec.ID, true, ErrKeyInUse
+		return Result{Outcome: Mismatch, Layer: layerDedup}, rec.ID, true, ErrKeyReused
+	case rec.Status != statusCompleted:
+		return Result{Outcome: InProgress, Layer: layerDedup}, rec.ID, true, ErrKeyInUse
 	}
-	return Result{Response: rec.response(), Outcome: Replayed, Layer: LayerDedup}, rec.ID, true, nil
+	return Result{Response: rec.response(), Outcome: Replayed, Layer: layerDedup}, rec.ID, true, nil
 }
 
 // observe counts the outcome and writes the log line of an attempt that lets a person answer
@@ -735,7 +691,7 @@ func (g *Guard) observe(ctx context.Context, k Key, res Result, err error, start
 	if outcome == "" {
 		outcome = "error"
 	}
-	g.metrics.outcomes.WithLabelValues(k.BizType, string(res.Layer), string(outcome)).Inc()
+	g.metrics.outcomes.WithLabelValues(k.BizType, res.Layer, string(outcome)).Inc()
 	level := slog.LevelInfo
 	switch outcome {
 	case "error":

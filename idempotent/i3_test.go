@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
@@ -38,7 +39,7 @@ func naiveDedup(ctx context.Context, db *gorm.DB, key idempotent.Key, business t
 		Fingerprint: fp("/things", `{}`), Status: idempotent.StatusCompleted, ResponseStatus: http.StatusOK,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 	}).Error
-	if idemtest.Classify(db.Dialector.Name())(err) == idempotent.ErrorDuplicateKey {
+	if idemtest.Classify(db.Dialector.Name())(err) == dberr.DuplicateKey {
 		return nil // "already recorded" — too late, the update ran twice
 	}
 	return err

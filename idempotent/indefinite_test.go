@@ -15,13 +15,13 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
+	"github.com/oncepay/oncepay/idempotent/internal/testnet"
 	"github.com/oncepay/oncepay/idempotent/mysqlerr"
-	"github.com/oncepay/oncepay/internal/testsupport/netfault"
 )
 
-// throughProxy opens db's database again through a toxiproxy proxy of its own, and returns
+// throughProxy opens db's database again through a fault proxy of its own, and returns
 // the proxy with the new handle. Each option adjusts the new handle's driver settings.
-func throughProxy(t *testing.T, db *gorm.DB, options ...func(*gomysql.Config)) (*netfault.Proxy, *gorm.DB) {
+func throughProxy(t *testing.T, db *gorm.DB, options ...func(*gomysql.Config)) (*testnet.Proxy, *gorm.DB) {
 	t.Helper()
 	cfg, err := gomysql.ParseDSN(db.Dialector.(*mysql.Dialector).DSN)
 	if err != nil {
@@ -30,12 +30,11 @@ func throughProxy(t *testing.T, db *gorm.DB, options ...func(*gomysql.Config)) (
 	for _, o := range options {
 		o(cfg)
 	}
-	n := netfault.New()
-	t.Cleanup(n.Close)
-	p, err := n.Proxy("mariadb", cfg.Addr)
+	p, err := testnet.Listen(cfg.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(p.Close)
 	cfg.Addr = p.Addr()
 	via, err := gorm.Open(mysql.Open(cfg.FormatDSN()), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
@@ -50,7 +49,7 @@ func throughProxy(t *testing.T, db *gorm.DB, options ...func(*gomysql.Config)) (
 }
 
 // TestCommitAnswerLost: the connection breaks the moment the dedup transaction's COMMIT has
-// gone out, before its answer comes back (a proxy cuts it: netfault.CutAfterCommit). The
+// gone out, before its answer comes back (a proxy cuts it: testnet.Proxy.CutAfterCommit). The
 // server commits; the guard cannot know that from the connection, so it asks the record on
 // another one (resolveCommit) and answers the attempt as executed — not 503, and never by
 // running the work a second time. The next copy of the request replays it. Without the
@@ -65,11 +64,7 @@ func TestCommitAnswerLost(t *testing.T) {
 	ctx := context.Background()
 
 	var cuts atomic.Int32
-	heal, err := p.CutAfterCommit(1, func() { cuts.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer heal()
+	defer p.CutAfterCommit(1, func() { cuts.Add(1) })()
 	res, err := g.Do(ctx, request(key, "a"), effectWork(key.BizKey, 0, http.StatusCreated))
 	if cuts.Load() != 1 {
 		t.Fatalf("the proxy cut %d COMMITs, want 1", cuts.Load())
@@ -102,11 +97,7 @@ func TestCommitLandsAfterItsAnswerWasLost(t *testing.T) {
 	g := idempotent.New(via, e.rdb, idempotent.Config{Classify: mysqlerr.Classify, Registerer: prometheus.NewRegistry()})
 	key := testKey(t, "u1", "k1")
 	var cuts atomic.Int32
-	heal, err := p.CommitLate(1, 400*time.Millisecond, func() { cuts.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer heal()
+	defer p.CommitLate(1, 400*time.Millisecond, func() { cuts.Add(1) })()
 	res, err := g.Do(context.Background(), request(key, "a"), effectWork(key.BizKey, 0, http.StatusCreated))
 	if cuts.Load() != 1 {
 		t.Fatalf("the proxy held back %d COMMITs, want 1", cuts.Load())
@@ -143,11 +134,7 @@ func TestConnectionLostInTheWork(t *testing.T) {
 	work := idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
 		if runs.Add(1) == 1 {
 			// The first run's connection is reset at the insert's answer.
-			heal, err := p.ResetAfterSend(1)
-			if err != nil {
-				return idempotent.Response{}, err
-			}
-			defer heal()
+			defer p.ResetAfterSend()()
 		}
 		id, err := insertEffect(tx, key.BizKey)
 		if err != nil {

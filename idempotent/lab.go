@@ -61,7 +61,7 @@ func newSettings(cfg Config) settings {
 func (g *Guard) unguarded(ctx context.Context, req Request, work Work) (Result, error) {
 	if req.Before != nil {
 		if err := req.Before(ctx); err != nil {
-			return Result{Outcome: Failed, Layer: LayerWork}, err
+			return Result{Outcome: Failed, Layer: layerWork}, err
 		}
 	}
 	var (
@@ -82,16 +82,16 @@ func (g *Guard) unguarded(ctx context.Context, req Request, work Work) (Result, 
 	})
 	switch {
 	case err == nil && !recorded:
-		return Result{Outcome: Failed, Layer: LayerWork}, errNotRecorded
+		return Result{Outcome: Failed, Layer: layerWork}, errNotRecorded
 	case err == nil, errors.Is(err, errNotStored):
-		res := Result{Response: resp, Outcome: Executed, Layer: LayerWork}
+		res := Result{Response: resp, Outcome: Executed, Layer: layerWork}
 		if req.After != nil {
 			req.After(ctx, res)
 		}
 		return res, nil
 	}
 	if r, ok := g.reject(ctx, req, err); ok {
-		return Result{Response: r, Outcome: StateRejected, Layer: LayerWork, Rejection: err}, nil
+		return Result{Response: r, Outcome: StateRejected, Layer: layerWork, Rejection: err}, nil
 	}
-	return Result{Outcome: Failed, Layer: LayerWork}, err
+	return Result{Outcome: Failed, Layer: layerWork}, err
 }

@@ -44,7 +44,7 @@ func (g *Guard) newLease(ctx context.Context, k Key, owner string) *lease {
 			value, ttl = string(fill.encode()), g.cfg.CacheTTL.Milliseconds()
 		}
 		if err := releaseScript.Run(ctx, g.rdb, []string{g.cacheKey(k), name}, owner, value, ttl).Err(); err != nil {
-			g.metrics.redisErrors.WithLabelValues(string(LayerLock)).Inc()
+			g.metrics.redisErrors.WithLabelValues(layerLock).Inc()
 		}
 	}
 	l.arm()
@@ -134,12 +134,8 @@ func (l *lease) release(ctx context.Context, fill *cached) {
 	l.cancel(nil)
 }
 
-// RunLocked runs fn while holding the cluster-wide redsync lock name, renewed by the
-// watchdog; fn's context is cancelled if the lock is lost. When another instance holds the
-// lock it returns ok=false at once. Background jobs and the outbox relay use it so that one
-// instance at a time runs them; their state preconditions keep them correct even when two
-// overlap (I5).
-func (g *Guard) RunLocked(ctx context.Context, name string, fn func(ctx context.Context) error) (ok bool, err error) {
+// runLocked runs fn while holding the cluster-wide redsync lock name (idemops.RunLocked).
+func (g *Guard) runLocked(ctx context.Context, name string, fn func(ctx context.Context) error) (ok bool, err error) {
 	if g.rdb == nil {
 		return true, fn(ctx) // no Redis: the job's own preconditions keep it correct
 	}
@@ -149,7 +145,7 @@ func (g *Guard) RunLocked(ctx context.Context, name string, fn func(ctx context.
 	case errors.Is(err, errLockBusy):
 		return false, nil
 	case err != nil:
-		if rerr := g.redisFailed(LayerLock, err); rerr != nil {
+		if rerr := g.redisFailed(layerLock, err); rerr != nil {
 			return false, rerr
 		}
 		return true, fn(ctx) // degraded: run on the database preconditions alone

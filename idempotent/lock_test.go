@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/idemlab"
+	"github.com/oncepay/oncepay/idempotent/idemops"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
 
@@ -236,7 +237,7 @@ func TestRunLocked(t *testing.T) {
 	}
 	first := make(chan answer, 1)
 	go func() {
-		ok, err := g.RunLocked(ctx, job, func(ctx context.Context) error {
+		ok, err := idemops.RunLocked(ctx, g, job, func(ctx context.Context) error {
 			close(entered)
 			select {
 			case <-release:
@@ -253,7 +254,7 @@ func TestRunLocked(t *testing.T) {
 	if ttl, err := e.rdb.PTTL(ctx, g.LeaseKey(jobKey(job))).Result(); err != nil || ttl <= 0 {
 		t.Fatalf("at +0.9s the job's mutex has PTTL %v (err %v): the watchdog did not keep it", ttl, err)
 	}
-	ok, err := g.RunLocked(ctx, job, func(context.Context) error {
+	ok, err := idemops.RunLocked(ctx, g, job, func(context.Context) error {
 		t.Error("a second instance ran the job while the first held the mutex")
 		return nil
 	})
@@ -268,7 +269,7 @@ func TestRunLocked(t *testing.T) {
 		t.Errorf("the job's mutex is still in Redis after the job finished")
 	}
 	ran := false
-	ok, err = g.RunLocked(ctx, job, func(context.Context) error { ran = true; return nil })
+	ok, err = idemops.RunLocked(ctx, g, job, func(context.Context) error { ran = true; return nil })
 	if !ok || err != nil || !ran {
 		t.Errorf("RunLocked after release = %v, %v (ran %v); want the job run", ok, err, ran)
 	}
@@ -288,7 +289,7 @@ func TestRunLockedLockLost(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	ok, err := g.RunLocked(ctx, job, func(ctx context.Context) error {
+	ok, err := idemops.RunLocked(ctx, g, job, func(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -313,7 +314,7 @@ func TestRunLockedWithoutRedis(t *testing.T) {
 	ctx := context.Background()
 
 	ran := false
-	ok, err := e.guardWith(idemtest.Unreachable(t), idempotent.Config{}).RunLocked(ctx, "job", func(context.Context) error {
+	ok, err := idemops.RunLocked(ctx, e.guardWith(idemtest.Unreachable(t), idempotent.Config{}), "job", func(context.Context) error {
 		ran = true
 		return nil
 	})
@@ -322,7 +323,7 @@ func TestRunLockedWithoutRedis(t *testing.T) {
 	}
 
 	ran = false
-	ok, err = e.guardWith(idemtest.Unreachable(t), idempotent.Config{RejectWithoutRedis: true}).RunLocked(ctx, "job", func(context.Context) error {
+	ok, err = idemops.RunLocked(ctx, e.guardWith(idemtest.Unreachable(t), idempotent.Config{RejectWithoutRedis: true}), "job", func(context.Context) error {
 		ran = true
 		return nil
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -12,9 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrMessageInFlight means another consumer is processing a copy of this message right now;
-// the caller must not acknowledge it and should try again later.
-var ErrMessageInFlight = errors.New("a copy of this message is being processed")
+// errMessageInFlight means another consumer is processing a copy of this message right now;
+// the caller must not acknowledge it, and the broker redelivers it later. It is ErrKeyInUse
+// to errors.Is.
+var errMessageInFlight = &Error{Code: ErrKeyInUse.Code, Detail: "a copy of this message is being processed; do not acknowledge it"}
 
 // releaseMarkerScript deletes a "processing" marker only if this consumer set it.
 var releaseMarkerScript = redis.NewScript(`
@@ -28,7 +28,8 @@ return 0
 // the backstop — and the same record an HTTP copy of the same business fact converges on (I1).
 //
 // The caller acknowledges when err is nil (executed or replayed) and also on ErrKeyReused (a
-// deterministic refusal); on any other error it must not, so that the message is redelivered.
+// deterministic refusal); on any other error it must not, so that the message is redelivered:
+// ErrKeyInUse while another consumer processes a copy of it.
 // A work outcome that is not stored (see storable) is such an error.
 func (g *Guard) Message(ctx context.Context, req Request, work Work) (Result, error) {
 	if g.rdb == nil {
@@ -39,18 +40,18 @@ func (g *Guard) Message(ctx context.Context, req Request, work Work) (Result, er
 	set, err := g.rdb.SetNX(ctx, marker, owner, g.cfg.LockTTL).Result()
 	switch {
 	case err != nil:
-		if err := g.redisFailed(LayerMessage, err); err != nil {
-			return Result{Outcome: Unavailable, Layer: LayerMessage}, err
+		if err := g.redisFailed(layerMessage, err); err != nil {
+			return Result{Outcome: Unavailable, Layer: layerMessage}, err
 		}
 	case !set:
 		v, gerr := g.rdb.Get(ctx, marker).Result()
 		if gerr == nil && strings.HasPrefix(v, "done") {
-			res := Result{Outcome: Replayed, Layer: LayerMessage}
+			res := Result{Outcome: Replayed, Layer: layerMessage}
 			g.observe(ctx, req.Key, res, nil, time.Now())
 			return res, nil
 		}
 		if gerr == nil {
-			return Result{Outcome: InProgress, Layer: LayerMessage}, ErrMessageInFlight
+			return Result{Outcome: InProgress, Layer: layerMessage}, errMessageInFlight
 		}
 		// The marker vanished between the two calls: let the backstop decide.
 	}

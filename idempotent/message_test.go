@@ -62,7 +62,7 @@ func TestMessage(t *testing.T) {
 }
 
 // TestMessageInFlight: a copy consumed while the first is still being processed is not
-// acknowledged (ErrMessageInFlight), so the broker redelivers it later.
+// acknowledged (ErrKeyInUse), so the broker redelivers it later.
 func TestMessageInFlight(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -76,8 +76,8 @@ func TestMessageInFlight(t *testing.T) {
 	}()
 	time.Sleep(150 * time.Millisecond)
 	res, err := g.Message(ctx, req, effectWork("paid", 0, http.StatusOK))
-	if !errors.Is(err, idempotent.ErrMessageInFlight) || res.Outcome != idempotent.InProgress {
-		t.Errorf("copy during processing: outcome %q err %v, want in_progress / ErrMessageInFlight", res.Outcome, err)
+	if !errors.Is(err, idempotent.ErrKeyInUse) || res.Outcome != idempotent.InProgress {
+		t.Errorf("copy during processing: outcome %q err %v, want in_progress / ErrKeyInUse", res.Outcome, err)
 	}
 	if c := <-first; c.err != nil || c.res.Outcome != idempotent.Executed {
 		t.Fatalf("first delivery: outcome %q err %v", c.res.Outcome, c.err)

@@ -35,17 +35,15 @@ const (
 	Failed Outcome = "failed"
 )
 
-// Layer names the defense that produced an outcome, for metrics and logs.
-type Layer string
-
-// The layers, cheapest first, and the work itself.
+// The layers that answer an attempt (Result.Layer, Result.Degraded), cheapest first, and
+// the work itself.
 const (
-	LayerToken   Layer = "token"
-	LayerCache   Layer = "cache"
-	LayerLock    Layer = "lock"
-	LayerDedup   Layer = "dedup"
-	LayerMessage Layer = "message"
-	LayerWork    Layer = "work"
+	layerToken   = "token"
+	layerCache   = "cache"
+	layerLock    = "lock"
+	layerDedup   = "dedup"
+	layerMessage = "message"
+	layerWork    = "work"
 )
 
 // Response is what the work answered: a status, the allow-listed headers and the body. It is
@@ -83,14 +81,17 @@ func (r Response) replayable() Response {
 type Result struct {
 	Response Response
 	Outcome  Outcome
-	Layer    Layer
+	// Layer names the defense that answered, for metrics and logs: "token", "cache", "lock"
+	// (the lease), "dedup" (the record), "message" (a consumer's marker) or "work" (the work
+	// ran).
+	Layer string
 	// Rejection is the work's error behind an executed, stored business refusal (see
 	// Config.Reject), so that the caller can tell a refusal from a success.
 	Rejection error
 	// Degraded names the Redis layers that stepped aside for this attempt because Redis could
-	// not be reached (Config.RejectWithoutRedis off): LayerToken (a tok_ key accepted without
-	// checking that it is live), LayerCache, LayerLock. The dedup record still held.
-	Degraded []Layer
+	// not be reached (Config.RejectWithoutRedis off): "token" (a tok_ key accepted without
+	// checking that it is live), "cache", "lock". The dedup record still held.
+	Degraded []string
 }
 
 // storable reports whether an outcome with this status is stored for replay (see the

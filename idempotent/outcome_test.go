@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 )
@@ -458,14 +459,14 @@ func abortFirstRecord(t *testing.T, db *gorm.DB) func() int64 {
 
 // abortedClassify is the dialect's classifier, except that on SQLite the error the test's
 // trigger raises (abortFirstRecord) is an aborted transaction.
-func abortedClassify(dialect string) func(error) idempotent.ErrorClass {
+func abortedClassify(dialect string) func(error) dberr.Class {
 	classify := idemtest.Classify(dialect)
 	if dialect != idemtest.SQLite {
 		return classify
 	}
-	return func(err error) idempotent.ErrorClass {
+	return func(err error) dberr.Class {
 		if strings.Contains(err.Error(), "(injected by the test)") {
-			return idempotent.ErrorAborted
+			return dberr.Aborted
 		}
 		return classify(err)
 	}

@@ -12,23 +12,25 @@ import (
 	"gorm.io/gorm"
 )
 
-// Record statuses. With the default placement a record is only ever written COMPLETED; with
-// RecordFirst it is inserted PROCESSING and completed in the same transaction.
+// Record statuses (Record.Status).
 const (
-	StatusProcessing = "PROCESSING"
-	StatusCompleted  = "COMPLETED"
+	statusProcessing = "PROCESSING"
+	statusCompleted  = "COMPLETED"
 )
 
 // Record is a row of idempotency_records: the dedup table (I3). Its unique index on
 // (scope, biz_type, biz_key) is the guarantee; request_id is kept for diagnosis and is not
 // unique, because every copy of a request may carry its own. Schema holds its DDL.
 type Record struct {
-	ID              int64
-	Scope           string
-	BizType         string
-	BizKey          string
-	RequestID       string
-	Fingerprint     string
+	ID          int64
+	Scope       string
+	BizType     string
+	BizKey      string
+	RequestID   string
+	Fingerprint string
+	// Status is "COMPLETED" for a committed outcome. A record is only ever written
+	// COMPLETED, unless idemlab's RecordFirst inserts it "PROCESSING" and completes it in
+	// the same transaction.
 	Status          string
 	ResponseStatus  int
 	ResponseHeaders string
@@ -123,7 +125,7 @@ func (g *Guard) newRecord(ctx context.Context, req Request) *Record {
 	now := g.cfg.Now().UTC()
 	return &Record{
 		ID: g.cfg.NewID(), Scope: req.Key.Scope, BizType: req.Key.BizType, BizKey: req.Key.BizKey,
-		RequestID: g.cfg.RequestID(ctx), Fingerprint: req.Fingerprint, Status: StatusProcessing,
+		RequestID: g.cfg.RequestID(ctx), Fingerprint: req.Fingerprint, Status: statusProcessing,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(g.cfg.Retention),
 	}
 }
@@ -132,7 +134,7 @@ func (g *Guard) newRecord(ctx context.Context, req Request) *Record {
 func (r *Record) finish(resp Response, now time.Time) {
 	resp = resp.replayable()
 	headers, _ := json.Marshal(resp.Header)
-	r.Status = StatusCompleted
+	r.Status = statusCompleted
 	r.ResponseStatus = resp.Status
 	r.ResponseHeaders = string(headers)
 	r.ResponseBody = resp.Body
@@ -196,11 +198,8 @@ func (g *Guard) Lookup(ctx context.Context, k Key) (Record, bool, error) {
 	return loadRecord(ctx, g.db, k)
 }
 
-// InFlight reports whether an attempt at k holds its lease right now, and for how much longer
-// the lease runs unless renewed: a key with no committed record yet (the record is written
-// with the work's commit) is in progress then, not unknown. Redis unreachable is an error; a
-// guard on the database alone has no lease and answers false.
-func (g *Guard) InFlight(ctx context.Context, k Key) (bool, time.Duration, error) {
+// inFlight reports whether an attempt at k holds its lease right now (idemops.InFlight).
+func (g *Guard) inFlight(ctx context.Context, k Key) (bool, time.Duration, error) {
 	if g.rdb == nil {
 		return false, 0, nil // no lease to ask: a copy in flight is an uncommitted row
 	}

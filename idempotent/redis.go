@@ -190,7 +190,7 @@ func (g *Guard) cachePut(ctx context.Context, k Key, c *cached) {
 		return
 	}
 	if err := g.rdb.Set(ctx, g.cacheKey(k), c.encode(), g.cfg.CacheTTL).Err(); err != nil {
-		g.metrics.redisErrors.WithLabelValues(string(LayerCache)).Inc()
+		g.metrics.redisErrors.WithLabelValues(layerCache).Inc()
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 // Keys without it are client-generated (Stripe style) and skip the token layer.
 const tokenPrefix = "tok_"
 
-// IsToken reports whether key is a server-issued one-time token.
-func IsToken(key string) bool { return strings.HasPrefix(key, tokenPrefix) }
+// isToken reports whether key is a server-issued one-time token.
+func isToken(key string) bool { return strings.HasPrefix(key, tokenPrefix) }
 
 // tokenState is what consuming a token found.
 type tokenState int
@@ -86,17 +86,17 @@ func (g *Guard) checkToken(ctx context.Context, req Request) (res Result, err er
 	state, terr := g.consumeToken(ctx, req.Key.Scope, req.Key.BizKey)
 	switch {
 	case terr != nil:
-		if err := g.redisFailed(LayerToken, terr); err != nil {
-			return Result{Outcome: Unavailable, Layer: LayerToken}, err, true
+		if err := g.redisFailed(layerToken, terr); err != nil {
+			return Result{Outcome: Unavailable, Layer: layerToken}, err, true
 		}
 		// Degrade: the token cannot be checked, and the record alone keeps its write once.
-		return Result{Degraded: []Layer{LayerToken}}, nil, false
+		return Result{Degraded: []string{layerToken}}, nil, false
 	case state == tokenInvalid:
 		// A token used long ago may have expired while its record remains.
 		if res, found, err := g.fromRecord(ctx, req); found || err != nil {
 			return res, err, true
 		}
-		return Result{Outcome: TokenInvalid, Layer: LayerToken}, ErrTokenInvalid, true
+		return Result{Outcome: TokenInvalid, Layer: layerToken}, ErrTokenInvalid, true
 	}
 	return Result{}, nil, false
 }

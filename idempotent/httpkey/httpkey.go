@@ -177,11 +177,7 @@ func (h Handler) Run(w http.ResponseWriter, r *http.Request, req idempotent.Requ
 func (h Handler) Write(w http.ResponseWriter, r *http.Request, res idempotent.Result, err error) {
 	hdr := w.Header()
 	if len(res.Degraded) > 0 {
-		layers := make([]string, len(res.Degraded))
-		for i, l := range res.Degraded {
-			layers[i] = string(l)
-		}
-		hdr.Set(HeaderDegraded, strings.Join(layers, ", "))
+		hdr.Set(HeaderDegraded, strings.Join(res.Degraded, ", "))
 	}
 	if err != nil {
 		outcome := res.Outcome

@@ -202,7 +202,7 @@ func TestRetryAfter(t *testing.T) {
 			h.Write(w, r, idempotent.Result{Outcome: idempotent.Unavailable}, idempotent.ErrUnavailable)
 		}, http.StatusServiceUnavailable, "unavailable", "2"},
 		{"default", 0, func(h httpkey.Handler, w http.ResponseWriter) {
-			h.Write(w, r, idempotent.Result{Outcome: idempotent.Unavailable}, idempotent.ErrDatabaseBusy)
+			h.Write(w, r, idempotent.Result{Outcome: idempotent.Unavailable}, fmt.Errorf("busy: %w", idempotent.ErrUnavailable))
 		}, http.StatusServiceUnavailable, "unavailable", "1"},
 		{"rounded up", 1500 * time.Millisecond, func(h httpkey.Handler, w http.ResponseWriter) {
 			h.Write(w, r, idempotent.Result{Outcome: idempotent.Unavailable}, idempotent.ErrUnavailable)

@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
 )
 
@@ -114,7 +115,7 @@ func (s suite) handler(rdb redis.UniversalClient, cfg idempotent.Config, hold fu
 				hold()
 			}
 			err := tx.Exec("INSERT INTO "+s.effects+" (k, body) VALUES (?, ?)", key.BizKey, string(body)).Error
-			if err != nil && cfg.Classify(err) == idempotent.ErrorDuplicateKey {
+			if err != nil && cfg.Classify(err) == dberr.DuplicateKey {
 				return idempotent.Response{}, idempotent.Conflict(err)
 			}
 			if err != nil {

@@ -33,6 +33,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/mysqlerr"
 	"github.com/oncepay/oncepay/idempotent/pgerr"
 	"github.com/oncepay/oncepay/idempotent/sqliteerr"
@@ -101,7 +102,7 @@ func Default() string {
 }
 
 // Classify is the kit's classifier of dialect.
-func Classify(dialect string) func(error) idempotent.ErrorClass {
+func Classify(dialect string) func(error) dberr.Class {
 	switch dialect {
 	case MySQL:
 		return mysqlerr.Classify

@@ -18,7 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 )
 
 // The MySQL and MariaDB error numbers the guard acts on.
@@ -50,28 +50,28 @@ const (
 const sqlStateSerialization = "40001"
 
 // Classify is idempotent.Config's Classify for MySQL and MariaDB, a Galera cluster included.
-func Classify(err error) idempotent.ErrorClass {
+func Classify(err error) dberr.Class {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) {
 		if connectionLost(err) {
-			return idempotent.ErrorConnectionLost
+			return dberr.ConnectionLost
 		}
-		return idempotent.Classify(err)
+		return dberr.Classify(err)
 	}
 	switch me.Number {
 	case DupEntry:
-		return idempotent.ErrorDuplicateKey
+		return dberr.DuplicateKey
 	case LockDeadlock, ErrorDuringCommit:
-		return idempotent.ErrorAborted
+		return dberr.Aborted
 	case LockWaitTimeout:
-		return idempotent.ErrorLockWait
+		return dberr.LockWait
 	case UnknownComError:
-		return idempotent.ErrorUnavailable
+		return dberr.Unavailable
 	}
 	if string(me.SQLState[:]) == sqlStateSerialization {
-		return idempotent.ErrorAborted
+		return dberr.Aborted
 	}
-	return idempotent.ErrorOther
+	return dberr.Other
 }
 
 // connectionLost reports whether err is the driver's connection breaking under a statement:

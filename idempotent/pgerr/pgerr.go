@@ -8,7 +8,7 @@ package pgerr
 import (
 	"errors"
 
-	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 )
 
 // The SQLSTATEs the guard acts on (https://www.postgresql.org/docs/current/errcodes-appendix.html).
@@ -27,18 +27,18 @@ const (
 type stated interface{ SQLState() string }
 
 // Classify is idempotent.Config's Classify for PostgreSQL.
-func Classify(err error) idempotent.ErrorClass {
+func Classify(err error) dberr.Class {
 	var s stated
 	if !errors.As(err, &s) {
-		return idempotent.Classify(err)
+		return dberr.Classify(err)
 	}
 	switch s.SQLState() {
 	case UniqueViolation:
-		return idempotent.ErrorDuplicateKey
+		return dberr.DuplicateKey
 	case SerializationFailure, DeadlockDetected:
-		return idempotent.ErrorAborted
+		return dberr.Aborted
 	case LockNotAvailable:
-		return idempotent.ErrorLockWait
+		return dberr.LockWait
 	}
-	return idempotent.ErrorOther
+	return dberr.Other
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/pgerr"
 )
 
@@ -15,14 +15,14 @@ import (
 func TestClassify(t *testing.T) {
 	for _, tt := range []struct {
 		err  error
-		want idempotent.ErrorClass
+		want dberr.Class
 	}{
-		{fmt.Errorf("insert: %w", &pgconn.PgError{Code: "23505"}), idempotent.ErrorDuplicateKey},
-		{&pgconn.PgError{Code: "40P01"}, idempotent.ErrorAborted},
-		{&pgconn.PgError{Code: "40001"}, idempotent.ErrorAborted},
-		{&pgconn.PgError{Code: "55P03"}, idempotent.ErrorLockWait},
-		{&pgconn.PgError{Code: "42601"}, idempotent.ErrorOther},
-		{errors.New("ERROR: duplicate key value violates unique constraint (SQLSTATE 23505)"), idempotent.ErrorOther},
+		{fmt.Errorf("insert: %w", &pgconn.PgError{Code: "23505"}), dberr.DuplicateKey},
+		{&pgconn.PgError{Code: "40P01"}, dberr.Aborted},
+		{&pgconn.PgError{Code: "40001"}, dberr.Aborted},
+		{&pgconn.PgError{Code: "55P03"}, dberr.LockWait},
+		{&pgconn.PgError{Code: "42601"}, dberr.Other},
+		{errors.New("ERROR: duplicate key value violates unique constraint (SQLSTATE 23505)"), dberr.Other},
 	} {
 		if got := pgerr.Classify(tt.err); got != tt.want {
 			t.Errorf("Classify(%v) = %d, want %d", tt.err, got, tt.want)

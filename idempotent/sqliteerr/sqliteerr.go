@@ -9,7 +9,7 @@ package sqliteerr
 import (
 	"errors"
 
-	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 )
 
 // SQLite's result codes the guard acts on (https://www.sqlite.org/rescode.html).
@@ -38,16 +38,16 @@ func Code(err error) (int, bool) {
 
 // Classify is idempotent.Config's Classify for SQLite: a unique index is a duplicate key; a
 // busy or locked database aborted the attempt, which may run again.
-func Classify(err error) idempotent.ErrorClass {
+func Classify(err error) dberr.Class {
 	code, ok := Code(err)
 	if !ok {
-		return idempotent.Classify(err)
+		return dberr.Classify(err)
 	}
 	switch {
 	case code == ConstraintUnique, code == ConstraintPrimaryKey:
-		return idempotent.ErrorDuplicateKey
+		return dberr.DuplicateKey
 	case code&0xff == Busy, code&0xff == Locked:
-		return idempotent.ErrorAborted
+		return dberr.Aborted
 	}
-	return idempotent.ErrorOther
+	return dberr.Other
 }

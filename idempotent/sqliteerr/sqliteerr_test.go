@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/sqliteerr"
 )
 
@@ -18,15 +18,15 @@ func (c coded) Code() int     { return int(c) }
 func TestClassify(t *testing.T) {
 	for _, tt := range []struct {
 		err  error
-		want idempotent.ErrorClass
+		want dberr.Class
 	}{
-		{fmt.Errorf("insert: %w", coded(2067)), idempotent.ErrorDuplicateKey},
-		{coded(1555), idempotent.ErrorDuplicateKey},
-		{coded(5), idempotent.ErrorAborted},
-		{coded(5 | 3<<8), idempotent.ErrorAborted},
-		{coded(6), idempotent.ErrorAborted},
-		{coded(275), idempotent.ErrorOther},
-		{errors.New("UNIQUE constraint failed (2067)"), idempotent.ErrorOther},
+		{fmt.Errorf("insert: %w", coded(2067)), dberr.DuplicateKey},
+		{coded(1555), dberr.DuplicateKey},
+		{coded(5), dberr.Aborted},
+		{coded(5 | 3<<8), dberr.Aborted},
+		{coded(6), dberr.Aborted},
+		{coded(275), dberr.Other},
+		{errors.New("UNIQUE constraint failed (2067)"), dberr.Other},
 	} {
 		if got := sqliteerr.Classify(tt.err); got != tt.want {
 			t.Errorf("Classify(%v) = %d, want %d", tt.err, got, tt.want)

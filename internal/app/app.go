@@ -23,6 +23,7 @@ import (
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/idempotent/idemlab"
+	"github.com/oncepay/oncepay/idempotent/idemops"
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/channel"
@@ -186,7 +187,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	// The idempotency layers: token, replay cache and lock in Redis, dedup record in the DB.
 	// The guard knows no SQL driver, request id or error type of ours: they come in here.
 	// Every Redis key it writes — tokens, replay cache, locks, consumer markers and the job
-	// locks of RunLocked — starts with ONCEPAY_REDIS_PREFIX.
+	// locks of idemops.RunLocked — starts with ONCEPAY_REDIS_PREFIX.
 	//
 	// The bench's switches and the chaos hook of ONCEPAY_CHAOS_PAYMENT_DELAY come with
 	// idemlab.With; zero, and the guard whole, without them.
@@ -272,7 +273,9 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	a.closers = append(a.closers, publisher.Close)
 	a.runners = append(a.runners,
 		payments,
-		outbox.NewRelay(a.DB, publisher, a.Guard.RunLocked),
+		outbox.NewRelay(a.DB, publisher, func(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
+			return idemops.RunLocked(ctx, a.Guard, name, fn)
+		}),
 		&jobs.Scheduled{Name: "close-expired-orders", Interval: cfg.CloseJobInterval, Guard: a.Guard, Job: jobs.CloseExpiredOrders(a.orders, a.trades.BeforeClose)},
 		&jobs.Scheduled{Name: "reconcile-payments", Interval: cfg.ReconcileJobInterval, Guard: a.Guard, Job: jobs.ReconcilePayments(a.trades)},
 		&jobs.Scheduled{Name: "resume-refunds", Interval: cfg.RefundJobInterval, Guard: a.Guard, Job: jobs.ResumeRefunds(a.refunds)},

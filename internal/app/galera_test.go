@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/mysqlerr"
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
@@ -454,7 +455,7 @@ func galeraOrderLock(t *testing.T, w *galeraWorld) {
 				switch {
 				case err == nil:
 					committed++
-				case mysqlerr.Classify(err) == idempotent.ErrorAborted:
+				case mysqlerr.Classify(err) == dberr.Aborted:
 					aborted++
 				default:
 					t.Errorf("unexpected error: %v", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
+	"github.com/oncepay/oncepay/idempotent/idemops"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
@@ -128,10 +129,10 @@ type RecordView struct {
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Attempts are the answered attempts at the key, oldest first, from the guard's attempt
-	// log (idempotent.Guard.Attempts): request id, path (http, kafka), outcome, layer and
+	// log (idemops.Attempts): request id, path (http, kafka), outcome, layer and
 	// timing of each, so that a person can tell a retry (one request id again, seconds
 	// apart) from concurrency (several request ids, milliseconds apart).
-	Attempts []idempotent.Attempt `json:"attempts"`
+	Attempts []idemops.Attempt `json:"attempts"`
 	// Evicted is true in the answer of a DELETE that evicted the record.
 	Evicted bool `json:"evicted,omitempty"`
 	// LeaseRemainingMS is, for a key in progress with no record yet, how long its holder's
@@ -144,6 +145,13 @@ const (
 	OutcomeSuccess     = "success"
 	OutcomeClientError = "client_error"
 	OutcomeInProgress  = "in_progress"
+)
+
+// The statuses of a dedup record (idempotent.Record.Status): committed, and in progress
+// (a lease held, no record yet, or a record inserted first by idemlab's RecordFirst).
+const (
+	recordCompleted  = "COMPLETED"
+	recordProcessing = "PROCESSING"
 )
 
 // ViewOf renders rec for the admin routes.
@@ -161,7 +169,7 @@ func ViewOf(rec idempotent.Record) RecordView {
 		v.UserID = id
 	}
 	switch {
-	case rec.Status != idempotent.StatusCompleted:
+	case rec.Status != recordCompleted:
 		v.Outcome = OutcomeInProgress
 	case rec.ResponseStatus >= 400 && rec.ResponseStatus < 500:
 		v.Outcome, v.Evictable = OutcomeClientError, true
@@ -192,12 +200,12 @@ func (h *API) Lookup(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, err)
 		return
 	}
-	v.Attempts, err = h.guard.Attempts(r.Context(), idempotent.Key{Scope: v.Scope, BizType: v.BizType, BizKey: v.BizKey})
+	v.Attempts, err = idemops.Attempts(r.Context(), h.guard, idempotent.Key{Scope: v.Scope, BizType: v.BizType, BizKey: v.BizKey})
 	if err != nil {
 		slog.WarnContext(r.Context(), "idempotency record lookup: the attempt log is unreadable", "err", err)
 	}
 	if v.Attempts == nil {
-		v.Attempts = []idempotent.Attempt{}
+		v.Attempts = []idemops.Attempt{}
 	}
 	web.WriteJSON(w, http.StatusOK, v)
 }
@@ -209,7 +217,7 @@ func (h *API) Evict(w http.ResponseWriter, r *http.Request) {
 	rec, err := h.find(r)
 	if err == nil {
 		k := idempotent.Key{Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey}
-		rec, err = h.guard.Evict(r.Context(), k)
+		rec, err = idemops.Evict(r.Context(), h.guard, k)
 		err = adminErr(err, k)
 	}
 	h.evictions.WithLabelValues(resultOf(err, "evicted")).Inc()
@@ -235,14 +243,14 @@ func (h *API) inFlight(r *http.Request, notFound error) (RecordView, error) {
 	if err != nil || sel.Scope == "" {
 		return RecordView{}, notFound
 	}
-	held, ttl, err := h.guard.InFlight(r.Context(), sel)
+	held, ttl, err := idemops.InFlight(r.Context(), h.guard, sel)
 	if err != nil {
 		slog.WarnContext(r.Context(), "idempotency record lookup: the lease is unreadable", "err", err)
 	}
 	if !held {
 		return RecordView{}, notFound
 	}
-	v := ViewOf(idempotent.Record{Scope: sel.Scope, BizType: sel.BizType, BizKey: sel.BizKey, Status: idempotent.StatusProcessing})
+	v := ViewOf(idempotent.Record{Scope: sel.Scope, BizType: sel.BizType, BizKey: sel.BizKey, Status: recordProcessing})
 	v.LeaseRemainingMS = max(ttl.Milliseconds(), 1)
 	return v, nil
 }
@@ -254,12 +262,12 @@ func (h *API) find(r *http.Request) (idempotent.Record, error) {
 		return idempotent.Record{}, err
 	}
 	if sel.Scope == "" {
-		recs, err := h.guard.LookupBizKey(r.Context(), sel.BizType, sel.BizKey, maxScopeMatches)
+		recs, err := idemops.LookupBizKey(r.Context(), h.guard, sel.BizType, sel.BizKey, maxScopeMatches)
 		switch {
 		case err != nil:
 			return idempotent.Record{}, err
 		case len(recs) == 0:
-			return idempotent.Record{}, adminErr(idempotent.ErrRecordNotFound, sel)
+			return idempotent.Record{}, adminErr(idemops.ErrRecordNotFound, sel)
 		case len(recs) > 1:
 			scopes := make([]string, len(recs))
 			for i, rec := range recs {
@@ -275,7 +283,7 @@ func (h *API) find(r *http.Request) (idempotent.Record, error) {
 	case err != nil:
 		return idempotent.Record{}, err
 	case !found:
-		return idempotent.Record{}, adminErr(idempotent.ErrRecordNotFound, sel)
+		return idempotent.Record{}, adminErr(idemops.ErrRecordNotFound, sel)
 	}
 	return rec, nil
 }
@@ -327,12 +335,12 @@ func adminErr(err error, k idempotent.Key) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, idempotent.ErrRecordNotFound):
+	case errors.Is(err, idemops.ErrRecordNotFound):
 		if k.Scope == "" {
 			return apperr.ErrNotFound.Withf("no idempotency record for biz_type=%s biz_key=%s", k.BizType, k.BizKey)
 		}
 		return apperr.ErrNotFound.Withf("no idempotency record for scope=%s biz_type=%s biz_key=%s", k.Scope, k.BizType, k.BizKey)
-	case errors.Is(err, idempotent.ErrEffectCommitted):
+	case errors.Is(err, idemops.ErrEffectCommitted):
 		return apperr.ErrEffectCommitted
 	case errors.Is(err, idempotent.ErrKeyInUse):
 		return apperr.New(http.StatusConflict, idempotent.ErrKeyInUse.Code, "an attempt with this key is running, or its record is still being written; retry later")

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
 	"github.com/oncepay/oncepay/idempotent/mysqlerr"
 	"github.com/oncepay/oncepay/idempotent/sqliteerr"
@@ -103,7 +104,7 @@ func problemResponse(p web.Problem) (idempotent.Response, bool) {
 
 // Classify is the kit's classifier of db's dialect, for idempotent.Config's Classify: by
 // MySQL error number (mysqlerr) or SQLite extended result code (sqliteerr), never by text.
-func Classify(db *gorm.DB) func(error) idempotent.ErrorClass {
+func Classify(db *gorm.DB) func(error) dberr.Class {
 	if db.Dialector.Name() == "mysql" {
 		return mysqlerr.Classify
 	}

@@ -23,7 +23,7 @@ import (
 // TestDatabaseDownIsNotStored runs a write whose database connection keeps breaking (the
 // driver's "invalid connection") through the guard wired as oncepay wires it: the guard runs
 // the transaction again for its RetryFor (a connection lost under a statement left nothing
-// behind, idempotent.ErrorConnectionLost), then answers 503 unavailable with Retry-After; the
+// behind, dberr.ConnectionLost), then answers 503 unavailable with Retry-After; the
 // key's outcome is not stored, and the retry with the same key runs the work and answers 201
 // executed (issue: 503 not 500).
 func TestDatabaseDownIsNotStored(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/idemops"
 	"github.com/oncepay/oncepay/internal/order"
 )
 
@@ -32,7 +33,7 @@ func (s *Scheduled) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		var n int64
-		ran, err := s.Guard.RunLocked(ctx, s.Name, func(ctx context.Context) error {
+		ran, err := idemops.RunLocked(ctx, s.Guard, s.Name, func(ctx context.Context) error {
 			var err error
 			n, err = s.Job(ctx)
 			return err

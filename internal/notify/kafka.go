@@ -199,7 +199,7 @@ func (c *Consumer) handle(ctx context.Context, m kafka.Message) bool {
 	reject := ""
 	err := retry.Do(ctx, backoff(), func(ctx context.Context) error {
 		res, _, err := c.port.deliver(ctx, r, "kafka", c.port.cfg.Guard.Message)
-		if err == nil && res.Layer == idempotent.LayerMessage {
+		if err == nil && res.Layer == "message" {
 			err = c.sameBody(ctx, r)
 		}
 		if err == nil {

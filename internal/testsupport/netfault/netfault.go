@@ -5,9 +5,9 @@
 // COMMIT whose answer is lost, Jepsen's indefinite outcome).
 //
 // The chaos run (tools/chaos/network.go) routes every oncepay instance's MariaDB, Redis and
-// channel connections through proxies of its own; the guard's tests use it to lose a COMMIT's
-// answer on purpose (idempotent/indefinite_test.go). Every fault returns the function that
-// heals it.
+// channel connections through proxies of its own; the service's tests use it to break a
+// connection on purpose. (The kit, a module of its own, has its own proxy for the same COMMIT
+// cut: idempotent/internal/testnet.) Every fault returns the function that heals it.
 package netfault
 
 import (
