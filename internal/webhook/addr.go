@@ -92,8 +92,14 @@ var ranges = []ranged{
 	{RuleUniqueLocal, prefixes("fc00::/7", "fec0::/10")},
 	{RuleMulticast, prefixes("224.0.0.0/4", "ff00::/8")},
 	{RuleBroadcast, prefixes("255.255.255.255/32")},
+	// The last three are every IPv6 address outside global unicast 2000::/3 that no rule
+	// above names: ::2, ::7f01, the local-use NAT64 prefix 64:ff9b:1::/48 (RFC 8215), whose
+	// gateway reaches its own network's loopback, private and metadata addresses, 5f00::/8 —
+	// no receiver has one (hostile pass of issue 27: each was accepted). 192.88.99/24 is the
+	// deprecated 6to4 relay anycast (RFC 7526).
 	{RuleReserved, prefixes("0.0.0.0/8", "240.0.0.0/4", "192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15",
-		"198.51.100.0/24", "203.0.113.0/24", "100::/64", "2001:db8::/32", "2001::/23")},
+		"198.51.100.0/24", "203.0.113.0/24", "192.88.99.0/24", "100::/64", "2001:db8::/32", "2001::/23",
+		"::/3", "4000::/2", "8000::/1")},
 }
 
 // AddressPolicy says which addresses a webhook may connect to. It is checked twice: when a URL
@@ -130,8 +136,9 @@ func (p AddressPolicy) resolver() Resolver {
 }
 
 // Canonical returns the address a refused-range check must look at: an IPv4-mapped
-// (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96) or 6to4 (2002::/16)
-// address is the IPv4 address it carries.
+// (::ffff:a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d, RFC 6145: a SIIT translator turns it
+// into a.b.c.d; hostile pass of issue 27), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96)
+// or 6to4 (2002::/16) address is the IPv4 address it carries.
 func Canonical(a netip.Addr) netip.Addr {
 	a = a.Unmap()
 	if !a.Is6() || a.Zone() != "" {
@@ -142,7 +149,7 @@ func Canonical(a netip.Addr) netip.Addr {
 	switch {
 	case [12]byte(b[:12]) == zero12 && (b[12] != 0 || b[13] != 0): // ::a.b.c.d, not :: or ::1
 		return netip.AddrFrom4([4]byte(b[12:]))
-	case netip.MustParsePrefix("64:ff9b::/96").Contains(a):
+	case netip.MustParsePrefix("64:ff9b::/96").Contains(a), netip.MustParsePrefix("::ffff:0:0:0/96").Contains(a):
 		return netip.AddrFrom4([4]byte(b[12:]))
 	case b[0] == 0x20 && b[1] == 0x02:
 		return netip.AddrFrom4([4]byte(b[2:6]))

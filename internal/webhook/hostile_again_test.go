@@ -1,0 +1,58 @@
+package webhook_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/webhook"
+)
+
+// A further hostile pass of issue 27 on the address policy: the spellings and ranges the
+// earlier passes left out.
+
+// TestTranslatedAndNonGlobalIPv6Refused: the IPv4-translated form (::ffff:0:a.b.c.d, RFC 6145,
+// which a SIIT translator turns into a.b.c.d) is judged by the IPv4 address it carries, like
+// the mapped and NAT64 forms; the local-use NAT64 prefix 64:ff9b:1::/48 (RFC 8215), whose
+// gateway reaches its own network's loopback, private and metadata addresses, and every other
+// IPv6 address outside global unicast 2000::/3 (::2, ::7f01, 5f00::1) are refused as reserved —
+// no receiver has one. So is the 6to4 relay anycast 192.88.99/24 (RFC 7526).
+func TestTranslatedAndNonGlobalIPv6Refused(t *testing.T) {
+	ctx := context.Background()
+	for _, dev := range []bool{false, true} {
+		p := webhook.AddressPolicy{Dev: dev, Resolver: hostileDNS()}
+		for raw, rule := range map[string]webhook.Rule{
+			"https://[::ffff:0:7f00:1]:9000/":      webhook.RuleLoopback,
+			"https://[::ffff:0:127.0.0.1]:9000/":   webhook.RuleLoopback,
+			"https://[::ffff:0:a9fe:a9fe]:9000/":   webhook.RuleMetadata,
+			"https://[::ffff:0:a00:7]:9000/":       webhook.RulePrivate,
+			"https://[64:ff9b:1::7f00:1]:9000/":    webhook.RuleReserved,
+			"https://[64:ff9b:1:7f00:1::]:9000/":   webhook.RuleReserved,
+			"https://[64:ff9b:1::a9fe:a9fe]:9000/": webhook.RuleReserved,
+			"https://[::2]:9000/":                  webhook.RuleReserved,
+			"https://[::7f01]:9000/":               webhook.RuleReserved,
+			"https://[::ffff:0:0:7f00:1]:9000/":    webhook.RuleReserved,
+			"https://[5f00::1]:9000/":              webhook.RuleReserved,
+			"https://[4000::1]:9000/":              webhook.RuleReserved,
+			"https://[e000::1]:9000/":              webhook.RuleReserved,
+			"https://192.88.99.1:9000/":            webhook.RuleReserved,
+			"https://[2002:c058:6301::]:9000/":     webhook.RuleReserved,
+		} {
+			wantRefused(t, raw, p.CheckURL(ctx, raw), rule)
+		}
+		for a, rule := range map[string]webhook.Rule{
+			"::ffff:0:7f00:1": webhook.RuleLoopback, "64:ff9b:1::7f00:1": webhook.RuleReserved, "::2": webhook.RuleReserved,
+			"5f00::1": webhook.RuleReserved,
+		} {
+			if got := p.CheckAddr(netip.MustParseAddr(a), 9000); got != rule {
+				t.Errorf("dev=%v: dial of %s: rule %q, want %q", dev, a, got, rule)
+			}
+		}
+		// Global unicast and public IPv4 in the translated forms still pass.
+		for _, raw := range []string{"https://[2606:4700::1111]/", "https://[64:ff9b::101:101]/", "https://[::ffff:0:101:101]/", "https://1.1.1.1/"} {
+			if err := p.CheckURL(ctx, raw); err != nil {
+				t.Errorf("dev=%v: %s refused: %v", dev, raw, err)
+			}
+		}
+	}
+}
