@@ -23,9 +23,9 @@ var ErrURLRefused = apperr.New(http.StatusBadRequest, "url_refused", "the url's 
 // error carry.
 type Rule string
 
-// The rules of the address policy, in the order they are checked. Metadata and zoned
-// addresses are refused even inside ONCEPAY_WEBHOOK_ALLOW_CIDRS; loopback is allowed by dev
-// mode only; the others are allowed by an operator's CIDR.
+// The rules of the address policy, in the order they are checked. Metadata, zoned, own and
+// unspecified addresses are refused even inside ONCEPAY_WEBHOOK_ALLOW_CIDRS; loopback is
+// allowed by dev mode and an operator's CIDR; the others by an operator's CIDR.
 const (
 	RuleMetadata    Rule = "metadata"     // a cloud's instance metadata service
 	RuleZoned       Rule = "zoned"        // an IPv6 address with a zone (%eth0)
@@ -113,7 +113,7 @@ type AddressPolicy struct {
 	Dev bool
 	// Allow are an operator's CIDRs for receivers on a private network
 	// (ONCEPAY_WEBHOOK_ALLOW_CIDRS): an address inside one passes every rule but metadata,
-	// zoned and own_address.
+	// zoned, own_address and unspecified.
 	Allow []netip.Prefix
 	// Own are oncepay's own listener and its embedded services (the channel simulator, Redis,
 	// Kafka), refused even in dev: a webhook aimed at the simulator's pay URL would pay an
@@ -174,6 +174,12 @@ func (p AddressPolicy) CheckAddr(a netip.Addr, port uint16) Rule {
 				return RuleOwn
 			}
 		}
+	}
+	// 0.0.0.0 and :: are no receiver's address: a connection to one is a connection to this
+	// machine's loopback, so that inside an operator's CIDR holding it (0.0.0.0/0) a webhook
+	// reached oncepay's own listener on 127.0.0.1 (hostile pass of issue 27). Nothing allows it.
+	if c.IsUnspecified() {
+		return RuleUnspecified
 	}
 	for _, pre := range p.Allow {
 		if pre.Contains(c) || pre.Contains(a) {

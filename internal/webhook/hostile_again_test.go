@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/oncepay/oncepay/internal/webhook"
@@ -54,5 +55,33 @@ func TestTranslatedAndNonGlobalIPv6Refused(t *testing.T) {
 				t.Errorf("dev=%v: %s refused: %v", dev, raw, err)
 			}
 		}
+	}
+}
+
+// TestUnspecifiedNeverReachesOwnListener: a connection to 0.0.0.0 or :: is a connection to
+// this machine's loopback (Linux), so an operator's CIDR that happens to hold the unspecified
+// address (0.0.0.0/0, "every network") must not let a webhook reach oncepay's own listener on
+// 127.0.0.1 that way: own_address is refused inside ONCEPAY_WEBHOOK_ALLOW_CIDRS, and 0.0.0.0
+// is no receiver's address.
+func TestUnspecifiedNeverReachesOwnListener(t *testing.T) {
+	port, conns := loopbackListener(t, "127.0.0.1:0")
+	own := webhook.OwnAddrs(context.Background(), nil, "127.0.0.1:"+port)
+	for _, dev := range []bool{false, true} {
+		p := webhook.AddressPolicy{Dev: dev, Own: own, Resolver: hostileDNS(),
+			Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
+		for _, host := range []string{"0.0.0.0", "0", "[::]", "[::ffff:0.0.0.0]", "127.0.0.1", "[::ffff:7f00:1]"} {
+			raw := "http://" + host + ":" + port + "/v1/orders"
+			if err := p.CheckURL(context.Background(), raw); err == nil {
+				t.Errorf("dev=%v: %s registered", dev, raw)
+			}
+			resp, err := p.Client().Post(raw, "application/json", strings.NewReader("{}"))
+			if err == nil {
+				resp.Body.Close()
+				t.Errorf("dev=%v: %s answered %d: a webhook reached oncepay's own listener", dev, raw, resp.StatusCode)
+			}
+		}
+	}
+	if n := conns.Load(); n != 0 {
+		t.Errorf("oncepay's own listener got %d connections", n)
 	}
 }
