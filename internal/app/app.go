@@ -295,7 +295,14 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	if _, err := a.endpoints.Reseal(ctx); err != nil {
 		return nil, fmt.Errorf("seal webhook secrets: %w", err)
 	}
-	a.webhookPolicy = webhookPolicy(ctx, cfg, a.ChannelURL)
+	var running []string // the embedded servers' real addresses, a free port's included
+	if a.Redis.Embedded != nil {
+		running = append(running, a.Redis.Embedded.Addr())
+	}
+	if a.Kafka.Embedded != nil {
+		running = append(running, a.Kafka.Brokers...)
+	}
+	a.webhookPolicy = webhookPolicy(ctx, cfg, a.ChannelURL, running...)
 	a.feed = webhook.NewFeed(a.DB)
 	hookMetrics := webhook.NewMetrics(a.Registry, a.DB)
 	sequencer := webhook.NewSequencer(a.DB, a.IDs)
