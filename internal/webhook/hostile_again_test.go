@@ -2,7 +2,10 @@ package webhook_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -84,4 +87,34 @@ func TestUnspecifiedNeverReachesOwnListener(t *testing.T) {
 	if n := conns.Load(); n != 0 {
 		t.Errorf("oncepay's own listener got %d connections", n)
 	}
+}
+
+// TestHugeResponseHeadersRefused: a receiver that answers with a megabyte of headers fails
+// its attempt instead of having every attempt in flight to it buffer up to Go's default of
+// 10 MiB (512 attempts in flight: 5 GiB); the delivery log keeps 512 bytes of an answer
+// anyway.
+func TestHugeResponseHeadersRefused(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for i := range 64 {
+			w.Header().Set("X-Pad-"+strconv.Itoa(i), strings.Repeat("a", 16<<10))
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	resp, err := webhook.AddressPolicy{Dev: true}.Client().Post(srv.URL, "application/json", strings.NewReader("{}"))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("a megabyte of response headers was read (status %d)", resp.StatusCode)
+	}
+	// An ordinary answer still passes.
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Request-Id", strings.Repeat("b", 4<<10))
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(ok.Close)
+	resp, err = webhook.AddressPolicy{Dev: true}.Client().Post(ok.URL, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 }
