@@ -74,6 +74,17 @@ func (s *Sender) room(h *health, now time.Time) int {
 	if c == failing {
 		n = min(n, max(1, s.MaxInFlight/4)-s.failingHeld)
 	}
+	// An endpoint's first attempt in flight may take any free slot; its further ones (up to
+	// PerEndpoint) draw on half of MaxInFlight, shared by every endpoint, so that an endpoint
+	// with nothing in flight always finds a slot while fewer than half as many endpoints as
+	// MaxInFlight are busy. Without it, receivers answering just under the slow mark with a
+	// backlog, 8 attempts each, took every slot in waves (hostile pass of issue 27).
+	burst := max(0, s.MaxInFlight/2-s.extra)
+	if h.busy == 0 {
+		n = min(n, 1+burst)
+	} else {
+		n = min(n, burst)
+	}
 	return max(0, n)
 }
 
@@ -124,6 +135,9 @@ func (s *Sender) reserve(endpoint int64, now time.Time) (class, bool) {
 		return 0, false
 	}
 	c := h.class()
+	if h.busy > 0 {
+		s.extra++
+	}
 	h.busy++
 	s.inFlight++
 	if c != proven {
@@ -139,7 +153,11 @@ func (s *Sender) reserve(endpoint int64, now time.Time) (class, bool) {
 func (s *Sender) release(endpoint int64, c class) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.entry(endpoint).busy--
+	h := s.entry(endpoint)
+	if h.busy > 1 {
+		s.extra--
+	}
+	h.busy--
 	s.inFlight--
 	if c != proven {
 		s.unproven--

@@ -127,7 +127,8 @@ type Sender struct {
 	// goroutines, connections and database work of attempts. Endpoints not heard from yet,
 	// slow ones (answering after more than half of Timeout) and failing ones together hold at
 	// most half of it, failing ones at most a quarter, so that the rest is always there for
-	// the endpoints that answer in time.
+	// the endpoints that answer in time; and an endpoint's attempts beyond its first draw on
+	// half of it, so that one with nothing in flight finds a slot.
 	MaxInFlight int
 	// Backoff is the pause after an attempt that got no answer before the endpoint's next
 	// attempt; it doubles with each further one, up to MaxBackoff, and an answer resets it.
@@ -147,6 +148,7 @@ type Sender struct {
 	inFlight    int               // attempts in flight in all
 	unproven    int               // of which to endpoints not proven when claimed
 	failingHeld int               // of which to failing endpoints
+	extra       int               // of which beyond each endpoint's first: Σ max(0, busy−1)
 	wake        chan struct{}
 }
 
