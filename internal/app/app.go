@@ -303,6 +303,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		running = append(running, a.Kafka.Brokers...)
 	}
 	a.webhookPolicy = webhookPolicy(ctx, cfg, a.ChannelURL, running...)
+	a.webhookPolicy.Later = &webhook.OwnLater{} // Run adds the listener's real address
 	a.feed = webhook.NewFeed(a.DB)
 	hookMetrics := webhook.NewMetrics(a.Registry, a.DB)
 	sequencer := webhook.NewSequencer(a.DB, a.IDs)
@@ -376,6 +377,10 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("listen on %s (set ONCEPAY_HTTP_ADDR): %w", a.Config.HTTPAddr, err)
 		}
 	}
+	// The listener's real address is an own address of the webhook policy before any webhook
+	// is sent: on ONCEPAY_HTTP_ADDR=127.0.0.1:0 the configured port 0 guarded none (hostile
+	// pass of issue 27).
+	a.webhookPolicy.Later.Add(ctx, ln.Addr().String())
 	srv := &http.Server{
 		Handler:           a.handler,
 		ReadHeaderTimeout: 5 * time.Second,

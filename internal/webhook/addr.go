@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -119,6 +121,10 @@ type AddressPolicy struct {
 	// Kafka), refused even in dev: a webhook aimed at the simulator's pay URL would pay an
 	// order. An unspecified address stands for any address on its port.
 	Own []netip.AddrPort
+	// Later holds own addresses learnt after the policy was made and copied into the sender
+	// and the handler — oncepay's listener on a free port (ONCEPAY_HTTP_ADDR=127.0.0.1:0) is
+	// known only once it listens: every copy of the policy shares it. Nil holds none.
+	Later *OwnLater
 	// Resolver resolves names; nil is net.DefaultResolver. Tests put a seam here.
 	Resolver Resolver
 }
@@ -168,7 +174,7 @@ func (p AddressPolicy) CheckAddr(a netip.Addr, port uint16) Rule {
 			return RuleMetadata
 		}
 	}
-	for _, o := range p.Own {
+	for _, o := range append(p.Later.list(), p.Own...) {
 		if o.Port() == port || port == 0 {
 			if o.Addr() == c || (o.Addr().IsUnspecified() && (c.IsLoopback() || c.IsUnspecified())) {
 				return RuleOwn
@@ -201,6 +207,30 @@ func (p AddressPolicy) CheckAddr(a netip.Addr, port uint16) Rule {
 		}
 	}
 	return ""
+}
+
+// OwnLater is AddressPolicy.Later: own addresses added while the policy is in use.
+type OwnLater struct {
+	mu    sync.RWMutex
+	addrs []netip.AddrPort
+}
+
+// Add adds own addresses in the forms OwnAddrs reads ("host:port"; a wildcard host is every
+// address of this machine on the port).
+func (l *OwnLater) Add(ctx context.Context, addrs ...string) {
+	own := OwnAddrs(ctx, nil, addrs...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.addrs = append(l.addrs, own...)
+}
+
+func (l *OwnLater) list() []netip.AddrPort {
+	if l == nil {
+		return nil
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Clip(l.addrs)
 }
 
 // Refusal is a connection or a URL the policy refuses.
