@@ -299,7 +299,15 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	if _, err := a.endpoints.Reseal(ctx); err != nil {
 		return nil, fmt.Errorf("seal webhook secrets: %w", err)
 	}
-	a.webhookPolicy = webhookPolicy(ctx, cfg, a.ChannelURL)
+	var running []string // the embedded servers' real addresses, a free port's included
+	if a.Redis.Embedded != nil {
+		running = append(running, a.Redis.Embedded.Addr())
+	}
+	if a.Kafka.Embedded != nil {
+		running = append(running, a.Kafka.Brokers...)
+	}
+	a.webhookPolicy = webhookPolicy(ctx, cfg, a.ChannelURL, running...)
+	a.webhookPolicy.Later = &webhook.OwnLater{} // Run adds the listener's real address
 	a.feed = webhook.NewFeed(a.DB)
 	hookMetrics := webhook.NewMetrics(a.Registry, a.DB)
 	sequencer := webhook.NewSequencer(a.DB, a.IDs)
@@ -373,6 +381,10 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("listen on %s (set ONCEPAY_HTTP_ADDR): %w", a.Config.HTTPAddr, err)
 		}
 	}
+	// The listener's real address is an own address of the webhook policy before any webhook
+	// is sent: on ONCEPAY_HTTP_ADDR=127.0.0.1:0 the configured port 0 guarded none (hostile
+	// pass of issue 27).
+	a.webhookPolicy.Later.Add(ctx, ln.Addr().String())
 	srv := &http.Server{
 		Handler:           a.handler,
 		ReadHeaderTimeout: 5 * time.Second,

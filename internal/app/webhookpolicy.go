@@ -17,9 +17,12 @@ import (
 // the embedded simulator's real address, which ONCEPAY_EMBEDDED_CHANNEL_ADDR does not tell when
 // its port is 0 (a free one, as every test instance runs it): the configured 127.0.0.1:0 alone
 // guarded no port at all, and a webhook to the simulator's pay URL paid the order (hostile
-// pass of issue 27).
-func webhookPolicy(ctx context.Context, cfg config.Config, channelURL string) webhook.AddressPolicy {
-	own := []string{cfg.HTTPAddr, cfg.PublicURL}
+// pass of issue 27). running are the addresses the embedded Redis and Kafka listen on as
+// started, for the same reason: on ONCEPAY_EMBEDDED_REDIS_ADDR=127.0.0.1:0 or
+// ONCEPAY_EMBEDDED_KAFKA_ADDR=127.0.0.1:0 the configured address guarded no port (a further
+// hostile pass of issue 27).
+func webhookPolicy(ctx context.Context, cfg config.Config, channelURL string, running ...string) webhook.AddressPolicy {
+	own := append([]string{cfg.HTTPAddr, cfg.PublicURL}, running...)
 	if cfg.EmbeddedChannel() {
 		own = append(own, cfg.EmbeddedChannelAddr, channelURL)
 	}

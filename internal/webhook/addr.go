@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/platform/apperr"
@@ -23,9 +25,9 @@ var ErrURLRefused = apperr.New(http.StatusBadRequest, "url_refused", "the url's 
 // error carry.
 type Rule string
 
-// The rules of the address policy, in the order they are checked. Metadata and zoned
-// addresses are refused even inside ONCEPAY_WEBHOOK_ALLOW_CIDRS; loopback is allowed by dev
-// mode only; the others are allowed by an operator's CIDR.
+// The rules of the address policy, in the order they are checked. Metadata, zoned, own and
+// unspecified addresses are refused even inside ONCEPAY_WEBHOOK_ALLOW_CIDRS; loopback is
+// allowed by dev mode and an operator's CIDR; the others by an operator's CIDR.
 const (
 	RuleMetadata    Rule = "metadata"     // a cloud's instance metadata service
 	RuleZoned       Rule = "zoned"        // an IPv6 address with a zone (%eth0)
@@ -92,8 +94,14 @@ var ranges = []ranged{
 	{RuleUniqueLocal, prefixes("fc00::/7", "fec0::/10")},
 	{RuleMulticast, prefixes("224.0.0.0/4", "ff00::/8")},
 	{RuleBroadcast, prefixes("255.255.255.255/32")},
+	// The last three are every IPv6 address outside global unicast 2000::/3 that no rule
+	// above names: ::2, ::7f01, the local-use NAT64 prefix 64:ff9b:1::/48 (RFC 8215), whose
+	// gateway reaches its own network's loopback, private and metadata addresses, 5f00::/8 —
+	// no receiver has one (hostile pass of issue 27: each was accepted). 192.88.99/24 is the
+	// deprecated 6to4 relay anycast (RFC 7526).
 	{RuleReserved, prefixes("0.0.0.0/8", "240.0.0.0/4", "192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15",
-		"198.51.100.0/24", "203.0.113.0/24", "100::/64", "2001:db8::/32", "2001::/23")},
+		"198.51.100.0/24", "203.0.113.0/24", "192.88.99.0/24", "100::/64", "2001:db8::/32", "2001::/23",
+		"::/3", "4000::/2", "8000::/1")},
 }
 
 // AddressPolicy says which addresses a webhook may connect to. It is checked twice: when a URL
@@ -107,12 +115,16 @@ type AddressPolicy struct {
 	Dev bool
 	// Allow are an operator's CIDRs for receivers on a private network
 	// (ONCEPAY_WEBHOOK_ALLOW_CIDRS): an address inside one passes every rule but metadata,
-	// zoned and own_address.
+	// zoned, own_address and unspecified.
 	Allow []netip.Prefix
 	// Own are oncepay's own listener and its embedded services (the channel simulator, Redis,
 	// Kafka), refused even in dev: a webhook aimed at the simulator's pay URL would pay an
 	// order. An unspecified address stands for any address on its port.
 	Own []netip.AddrPort
+	// Later holds own addresses learnt after the policy was made and copied into the sender
+	// and the handler — oncepay's listener on a free port (ONCEPAY_HTTP_ADDR=127.0.0.1:0) is
+	// known only once it listens: every copy of the policy shares it. Nil holds none.
+	Later *OwnLater
 	// Resolver resolves names; nil is net.DefaultResolver. Tests put a seam here.
 	Resolver Resolver
 }
@@ -130,8 +142,9 @@ func (p AddressPolicy) resolver() Resolver {
 }
 
 // Canonical returns the address a refused-range check must look at: an IPv4-mapped
-// (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96) or 6to4 (2002::/16)
-// address is the IPv4 address it carries.
+// (::ffff:a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d, RFC 6145: a SIIT translator turns it
+// into a.b.c.d; hostile pass of issue 27), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96)
+// or 6to4 (2002::/16) address is the IPv4 address it carries.
 func Canonical(a netip.Addr) netip.Addr {
 	a = a.Unmap()
 	if !a.Is6() || a.Zone() != "" {
@@ -142,7 +155,7 @@ func Canonical(a netip.Addr) netip.Addr {
 	switch {
 	case [12]byte(b[:12]) == zero12 && (b[12] != 0 || b[13] != 0): // ::a.b.c.d, not :: or ::1
 		return netip.AddrFrom4([4]byte(b[12:]))
-	case netip.MustParsePrefix("64:ff9b::/96").Contains(a):
+	case netip.MustParsePrefix("64:ff9b::/96").Contains(a), netip.MustParsePrefix("::ffff:0:0:0/96").Contains(a):
 		return netip.AddrFrom4([4]byte(b[12:]))
 	case b[0] == 0x20 && b[1] == 0x02:
 		return netip.AddrFrom4([4]byte(b[2:6]))
@@ -161,12 +174,18 @@ func (p AddressPolicy) CheckAddr(a netip.Addr, port uint16) Rule {
 			return RuleMetadata
 		}
 	}
-	for _, o := range p.Own {
+	for _, o := range append(p.Later.list(), p.Own...) {
 		if o.Port() == port || port == 0 {
 			if o.Addr() == c || (o.Addr().IsUnspecified() && (c.IsLoopback() || c.IsUnspecified())) {
 				return RuleOwn
 			}
 		}
+	}
+	// 0.0.0.0 and :: are no receiver's address: a connection to one is a connection to this
+	// machine's loopback, so that inside an operator's CIDR holding it (0.0.0.0/0) a webhook
+	// reached oncepay's own listener on 127.0.0.1 (hostile pass of issue 27). Nothing allows it.
+	if c.IsUnspecified() {
+		return RuleUnspecified
 	}
 	for _, pre := range p.Allow {
 		if pre.Contains(c) || pre.Contains(a) {
@@ -188,6 +207,30 @@ func (p AddressPolicy) CheckAddr(a netip.Addr, port uint16) Rule {
 		}
 	}
 	return ""
+}
+
+// OwnLater is AddressPolicy.Later: own addresses added while the policy is in use.
+type OwnLater struct {
+	mu    sync.RWMutex
+	addrs []netip.AddrPort
+}
+
+// Add adds own addresses in the forms OwnAddrs reads ("host:port"; a wildcard host is every
+// address of this machine on the port).
+func (l *OwnLater) Add(ctx context.Context, addrs ...string) {
+	own := OwnAddrs(ctx, nil, addrs...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.addrs = append(l.addrs, own...)
+}
+
+func (l *OwnLater) list() []netip.AddrPort {
+	if l == nil {
+		return nil
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Clip(l.addrs)
 }
 
 // Refusal is a connection or a URL the policy refuses.

@@ -12,9 +12,16 @@ const (
 	// proven: the endpoint's last attempt got an answer (any status, quickly or not). It may
 	// have PerEndpoint attempts in flight, and its claims are made first in every round.
 	proven class = iota
+	// slow: the endpoint's last attempt got an answer, but only after more than half the
+	// attempt timeout. It keeps PerEndpoint attempts in flight, and draws on the same half of
+	// MaxInFlight as unheard and failing endpoints: receivers that answer just within the
+	// timeout, 8 attempts each, took every slot of the sender in waves that began and ended
+	// together, and a healthy receiver's events waited for each wave's end (hostile pass of
+	// issue 27: p50 4 s with 8 of them against 32 slots, TestSlowAnsweringEndpointsDelayOnlyThemselves).
+	slow
 	// unheard: no attempt of this sender has ended yet (a new endpoint, or a new instance).
 	// It may have one attempt in flight until the first answer proves it (a slow start), and
-	// all unheard and failing endpoints together hold at most half of MaxInFlight: 150
+	// all unheard, slow and failing endpoints together hold at most half of MaxInFlight: 150
 	// endpoints that hang from the start would otherwise take 8 slots each before the first
 	// of their attempts times out.
 	unheard
@@ -29,6 +36,7 @@ const (
 type health struct {
 	busy      int       // attempts in flight: claimed, not yet recorded
 	heard     bool      // the last attempt that ended got an answer
+	slow      bool      // and that answer took more than half the attempt timeout
 	failures  int       // the attempt that opened the circuit and each probe that failed since
 	notBefore time.Time // while failing: no attempt starts before
 }
@@ -37,6 +45,8 @@ func (h *health) class() class {
 	switch {
 	case h.failures > 0:
 		return failing
+	case h.heard && h.slow:
+		return slow
 	case h.heard:
 		return proven
 	}
@@ -63,6 +73,17 @@ func (s *Sender) room(h *health, now time.Time) int {
 	}
 	if c == failing {
 		n = min(n, max(1, s.MaxInFlight/4)-s.failingHeld)
+	}
+	// An endpoint's first attempt in flight may take any free slot; its further ones (up to
+	// PerEndpoint) draw on half of MaxInFlight, shared by every endpoint, so that an endpoint
+	// with nothing in flight always finds a slot while fewer than half as many endpoints as
+	// MaxInFlight are busy. Without it, receivers answering just under the slow mark with a
+	// backlog, 8 attempts each, took every slot in waves (hostile pass of issue 27).
+	burst := max(0, s.MaxInFlight/2-s.extra)
+	if h.busy == 0 {
+		n = min(n, 1+burst)
+	} else {
+		n = min(n, burst)
 	}
 	return max(0, n)
 }
@@ -114,6 +135,9 @@ func (s *Sender) reserve(endpoint int64, now time.Time) (class, bool) {
 		return 0, false
 	}
 	c := h.class()
+	if h.busy > 0 {
+		s.extra++
+	}
 	h.busy++
 	s.inFlight++
 	if c != proven {
@@ -129,7 +153,11 @@ func (s *Sender) reserve(endpoint int64, now time.Time) (class, bool) {
 func (s *Sender) release(endpoint int64, c class) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.entry(endpoint).busy--
+	h := s.entry(endpoint)
+	if h.busy > 1 {
+		s.extra--
+	}
+	h.busy--
 	s.inFlight--
 	if c != proven {
 		s.unproven--
@@ -137,6 +165,14 @@ func (s *Sender) release(endpoint int64, c class) {
 	if c == failing {
 		s.failingHeld--
 	}
+}
+
+// paced enters how long an attempt that got an answer took: more than half the attempt
+// timeout makes endpoint slow, a quicker answer proven again.
+func (s *Sender) paced(endpoint int64, latency time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.entry(endpoint).slow = latency > s.Timeout/2
 }
 
 // observe enters an attempt's outcome in endpoint's health: an answer of any status closes

@@ -81,6 +81,10 @@ func (p AddressPolicy) control(_, address string, _ syscall.RawConn) error {
 	return nil
 }
 
+// MaxResponseHeaderBytes bounds a receiver's response headers: an answer with more fails its
+// attempt (status 0, error).
+const MaxResponseHeaderBytes = 64 << 10
+
 // Client returns the HTTP client of webhook attempts under the policy: every connection
 // through DialContext, no proxy (a proxy would connect on oncepay's behalf, past the check),
 // and no redirect followed — a 3xx is a failed attempt, since following one would send a
@@ -96,6 +100,9 @@ func (p AddressPolicy) Client() *http.Client {
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
+			// A receiver's headers are bounded like its body: Go's default of 10 MiB let each
+			// attempt in flight buffer that much (hostile pass of issue 27).
+			MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}

@@ -124,9 +124,11 @@ type Sender struct {
 	// PerEndpoint is the most attempts this sender has in flight to one endpoint that answers.
 	PerEndpoint int
 	// MaxInFlight is the most attempts this sender has in flight in all: it bounds the
-	// goroutines, connections and database work of attempts. Endpoints not heard from yet
-	// and failing ones together hold at most half of it, failing ones at most a quarter, so
-	// that the rest is always there for the endpoints that answer.
+	// goroutines, connections and database work of attempts. Endpoints not heard from yet,
+	// slow ones (answering after more than half of Timeout) and failing ones together hold at
+	// most half of it, failing ones at most a quarter, so that the rest is always there for
+	// the endpoints that answer in time; and an endpoint's attempts beyond its first draw on
+	// half of it, so that one with nothing in flight finds a slot.
 	MaxInFlight int
 	// Backoff is the pause after an attempt that got no answer before the endpoint's next
 	// attempt; it doubles with each further one, up to MaxBackoff, and an answer resets it.
@@ -146,6 +148,7 @@ type Sender struct {
 	inFlight    int               // attempts in flight in all
 	unproven    int               // of which to endpoints not proven when claimed
 	failingHeld int               // of which to failing endpoints
+	extra       int               // of which beyond each endpoint's first: Σ max(0, busy−1)
 	wake        chan struct{}
 }
 
@@ -256,7 +259,7 @@ func (s *Sender) claimEach(ctx context.Context, start func(Claimed)) (int, error
 // each of 150 failing endpoints kept a healthy one's next event waiting until it ended.
 const roundOthers = 16
 
-// byClass orders endpoints proven first, then unheard, then failing, and within a class the
+// byClass orders endpoints proven first, then slow, then unheard, then failing, and within a class the
 // ones with fewer attempts in flight first, so that a round serves the receivers that answer
 // before it spends its time on the others. Ties are in random order: after a restart every
 // endpoint is unheard, and a healthy one whose id sorts last waited for every other's claim.
@@ -404,6 +407,9 @@ func (s *Sender) Deliver(ctx context.Context, c Claimed) error {
 	sending.Store(false)
 	if held.Err() == nil {
 		s.observe(e.ID, c.class, res.outcome, time.Now())
+		if res.outcome != OutcomeTimeout && res.outcome != OutcomeError {
+			s.paced(e.ID, res.latency)
+		}
 	}
 	s.Metrics.attempt(e.ID, res)
 	return s.record(context.WithoutCancel(ctx), c, e, res)
