@@ -707,7 +707,8 @@ func TestTradeNumbersByteExact(t *testing.T) {
 	for _, variant := range []string{strings.ToUpper(trade) + "X", trade + " "} {
 		before := s.State(t)
 		apptest.Must(t, s.SignedNotify(apptest.JSON(apptest.Notification(a, "alipay", variant))), http.StatusOK)
-		want := map[string]int64{"anomalies": 1, "anomalies." + anomaly.DuplicatePayment: 1}
+		// The payment kept for refund: its anomaly, and its trade captured into suspense.
+		want := map[string]int64{"anomalies": 1, "anomalies." + anomaly.DuplicatePayment: 1, "ledger_transfers": 1, "ledger_postings": 2}
 		if d := before.Diff(s.State(t)); !maps.Equal(d, want) {
 			t.Errorf("trade %q for the paid order changed %v, want %v", variant, apptest.Snapshot(d), apptest.Snapshot(want))
 		}

@@ -805,6 +805,12 @@ func fmtValue(v any) string {
 		return f.String()
 	case []string:
 		return strings.Join(f, ",")
+	case []time.Duration:
+		parts := make([]string, len(f))
+		for i, d := range f {
+			parts[i] = d.String()
+		}
+		return strings.Join(parts, ",")
 	}
 	return slog.AnyValue(v).String()
 }
