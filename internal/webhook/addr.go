@@ -187,8 +187,12 @@ func (p AddressPolicy) CheckAddr(a netip.Addr, port uint16) Rule {
 	if c.IsUnspecified() {
 		return RuleUnspecified
 	}
+	// An operator's CIDR is judged by the canonical address too: an address that carries an
+	// IPv4 address reaches that IPv4 address, so an IPv6-only list (::/0, 2000::/3,
+	// 64:ff9b::/96) let ::ffff:127.0.0.1, 64:ff9b::a00:7 and 2002:a00:7:: reach loopback and
+	// 10.0.0.7, which it never opened (hostile pass of issue 27).
 	for _, pre := range p.Allow {
-		if pre.Contains(c) || pre.Contains(a) {
+		if pre.Contains(c) {
 			return ""
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -481,7 +482,7 @@ func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt 
 	r.sentAt = now
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(ev.Payload))
 	if err != nil {
-		r.err = err.Error()
+		r.err = attemptError(err, e.URL)
 		return r
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -495,7 +496,7 @@ func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt 
 	req.Header.Set(HeaderWebhookSignature, SignStandard(e.Secrets(now), ids.Format(ev.ID), now, ev.Payload))
 	resp, err := s.client.Do(req)
 	if err != nil {
-		r.latency, r.outcome, r.err = time.Since(start), OutcomeError, err.Error()
+		r.latency, r.outcome, r.err = time.Since(start), OutcomeError, attemptError(err, e.URL)
 		if errors.Is(err, context.DeadlineExceeded) {
 			r.outcome, r.err = OutcomeTimeout, fmt.Sprintf("no answer within %s", s.Timeout)
 		}
@@ -514,6 +515,37 @@ func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt 
 		r.outcome, r.err = OutcomeStatus, "HTTP "+strconv.Itoa(resp.StatusCode)
 	}
 	return r
+}
+
+// RedactURL is a receiver URL as the sender shows it anywhere but the endpoint row:
+// scheme://host[:port]. The URL may carry a capability token in its path, query, fragment or
+// user info (https://hooks.example.com/services/T000/B000/XXXX, ?token=…), and every failed
+// attempt wrote it whole into the delivery log, the webhook_failing anomaly and the log line
+// (Go's *url.Error quotes the URL).
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(unreadable url)"
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// attemptError is the text of an attempt's error, with the endpoint's URL raw shown as
+// RedactURL shows it: the delivery log, the anomaly and the log line carry this text.
+func attemptError(err error, raw string) string {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue == err {
+		err = &url.Error{Op: ue.Op, URL: RedactURL(ue.URL), Err: ue.Err}
+	}
+	msg := err.Error()
+	if u, perr := url.Parse(raw); perr == nil {
+		for _, whole := range []string{raw, u.String(), u.Redacted()} {
+			msg = strings.ReplaceAll(msg, whole, RedactURL(raw))
+		}
+	} else {
+		msg = strings.ReplaceAll(msg, raw, RedactURL(raw))
+	}
+	return msg
 }
 
 // snippet is the first bytes of an answer as valid UTF-8.
@@ -592,7 +624,7 @@ func (s *Sender) fail(ctx context.Context, tx *gorm.DB, c Claimed, e Endpoint, r
 		Kind: anomaly.WebhookFailing, Channel: "webhook", Space: "webhook",
 		TradeNo: ids.Format(e.ID) + "/" + ids.Format(c.EventID),
 		Detail: fmt.Sprintf("endpoint %d (%s) stopped acknowledging at %s: event %d was not acknowledged after %d attempts (last: %s), and every delivery that fails before the endpoint's next 2xx belongs to this outage; once the receiver answers 2xx, redeliver the endpoint's events from %s",
-			e.ID, e.URL, now.UTC().Format(time.RFC3339), c.EventID, c.RoundAttempts, r.err, c.CreatedAt.UTC().Format(time.RFC3339)),
+			e.ID, RedactURL(e.URL), now.UTC().Format(time.RFC3339), c.EventID, c.RoundAttempts, r.err, c.CreatedAt.UTC().Format(time.RFC3339)),
 	})
 }
 
