@@ -459,7 +459,7 @@ func (r Report) Body() []byte {
 func (r Report) Final() bool { return r.Status == StatusSuccess }
 
 // Ends reports whether r's status ends what it is about: SUCCESS for every kind, and FAILED
-// or CLOSED for a refund. Only such a report claims its number (claims.go).
+// or CLOSED for a refund. Only such a report claims its number (claim).
 func (r Report) Ends() bool {
 	return r.Final() || (r.Kind == Refund && (r.Status == "FAILED" || r.Status == "CLOSED"))
 }
