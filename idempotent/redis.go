@@ -6,10 +6,18 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oncepay/oncepay/idempotent/internal/opskit"
 )
 
 // The Redis keys of one idempotency key share the hash tag {scope:biz_type:biz_key}, so that
@@ -206,6 +214,372 @@ func flag(b bool) string {
 
 func randomToken() string {
 	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// The lease and its watchdog: the lock a claim took, renewed while the work runs, and its
+// release.
+
+// lease is a held lock and its watchdog (I4). Its context is cancelled the moment the lock is
+// lost, so work still running under it rolls back instead of committing without the lock.
+//
+// The watchdog is a timer, not a goroutine: it fires every TTL/3, renews the lease with a
+// compare-and-expire script and re-arms itself. redsync has no auto-renewal; this is the
+// Redisson-style watchdog the incident asks for.
+type lease struct {
+	g      *Guard
+	key    Key
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	extend func(ctx context.Context) (bool, error)
+	unlock func(ctx context.Context, fill *cached)
+
+	mu       sync.Mutex
+	timer    *time.Timer
+	released bool
+}
+
+// newLease wraps a lease taken by claimScript with owner.
+func (g *Guard) newLease(ctx context.Context, k Key, owner string) *lease {
+	name := g.leaseKey(k)
+	l := g.startLease(ctx, k)
+	l.extend = func(ctx context.Context) (bool, error) {
+		n, err := renewScript.Run(ctx, g.rdb, []string{name}, owner, g.cfg.LockTTL.Milliseconds()).Int()
+		return n == 1, err
+	}
+	l.unlock = func(ctx context.Context, fill *cached) {
+		value, ttl := "", int64(0)
+		if fill != nil {
+			value, ttl = string(fill.encode()), g.cfg.CacheTTL.Milliseconds()
+		}
+		if err := releaseScript.Run(ctx, g.rdb, []string{g.cacheKey(k), name}, owner, value, ttl).Err(); err != nil {
+			g.metrics.redisErrors.WithLabelValues(layerLock).Inc()
+		}
+	}
+	l.arm()
+	return l
+}
+
+// lockRedsync takes the redsync mutex name once, without waiting: a busy lock means the
+// work is in progress elsewhere.
+func (g *Guard) lockRedsync(ctx context.Context, name string, k Key) (*lease, error) {
+	m := g.rs.NewMutex(name,
+		redsync.WithExpiry(g.cfg.LockTTL),
+		redsync.WithTries(1),
+		redsync.WithTimeoutFactor(0.5),
+	)
+	if err := m.TryLockContext(ctx); err != nil {
+		var taken *redsync.ErrTaken
+		if errors.As(err, &taken) || errors.Is(err, redsync.ErrFailed) {
+			return nil, errLockBusy
+		}
+		return nil, errors.Join(errRedisDown, err)
+	}
+	l := g.startLease(ctx, k)
+	l.extend = m.ExtendContext
+	l.unlock = func(ctx context.Context, fill *cached) {
+		if fill != nil {
+			g.cachePut(ctx, k, fill)
+		}
+		_, _ = m.UnlockContext(ctx)
+	}
+	l.arm()
+	return l, nil
+}
+
+func (g *Guard) startLease(ctx context.Context, k Key) *lease {
+	workCtx, cancel := context.WithCancelCause(ctx)
+	return &lease{g: g, key: k, ctx: workCtx, cancel: cancel}
+}
+
+// arm schedules the next renewal, unless the watchdog is off.
+func (l *lease) arm() {
+	if l.g.cfg.Lab.NoWatchdog {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.released {
+		l.timer = time.AfterFunc(l.g.cfg.LockTTL/3, l.renew)
+	}
+}
+
+// renew extends the lease once; one failed renewal cancels the work.
+func (l *lease) renew() {
+	ttl := l.g.cfg.LockTTL
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), ttl/3)
+	ok, err := l.extend(ctx)
+	cancel()
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return
+	}
+	if ok {
+		l.g.metrics.lockExtensions.WithLabelValues("ok").Inc()
+		l.arm()
+		return
+	}
+	l.g.metrics.lockExtensions.WithLabelValues("failed").Inc()
+	l.g.metrics.lockLost.Inc()
+	slog.WarnContext(l.ctx, "idempotency lock lost; cancelling the work",
+		"biz_type", l.key.BizType, "biz_key", l.key.BizKey, "scope", l.key.Scope, "err", err)
+	l.cancel(ErrLockLost)
+}
+
+// release stops the watchdog, fills the cache with fill (if any) and deletes the lock if it
+// is still ours. It is safe to call on every path.
+func (l *lease) release(ctx context.Context, fill *cached) {
+	l.mu.Lock()
+	l.released = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	l.unlock(ctx, fill)
+	l.cancel(nil)
+}
+
+// runLocked runs fn while holding the cluster-wide redsync lock name (idemops.RunLocked).
+func (g *Guard) runLocked(ctx context.Context, name string, fn func(ctx context.Context) error) (ok bool, err error) {
+	if g.rdb == nil {
+		return true, fn(ctx) // no Redis: the job's own preconditions keep it correct
+	}
+	k := Key{Scope: "jobs", BizType: "job", BizKey: name}
+	l, err := g.lockRedsync(ctx, g.leaseKey(k), k)
+	switch {
+	case errors.Is(err, errLockBusy):
+		return false, nil
+	case err != nil:
+		if rerr := g.redisFailed(layerLock, err); rerr != nil {
+			return false, rerr
+		}
+		return true, fn(ctx) // degraded: run on the database preconditions alone
+	}
+	defer l.release(context.WithoutCancel(ctx), nil)
+	return true, fn(l.ctx)
+}
+
+// The attempt log: every copy of a key, appended to the key's log in Redis off the request's
+// path, for a person diagnosing it (idemops.Attempts).
+
+// attempt is a log entry being written.
+type attempt struct {
+	at             time.Time
+	rid, via       string
+	outcome, layer string
+	status         int
+	duration       time.Duration
+}
+
+func (g *Guard) newAttempt(ctx context.Context, req Request, res Result, err error, start time.Time) *attempt {
+	outcome := string(res.Outcome)
+	switch {
+	case outcome == "" && err != nil:
+		outcome = string(Failed)
+	case outcome == "":
+		outcome = string(Executed)
+	}
+	return &attempt{at: start, rid: g.cfg.RequestID(ctx), via: req.Via, outcome: outcome,
+		layer: res.Layer, status: res.Response.Status, duration: time.Since(start)}
+}
+
+// attemptLog appends attempts to their keys' logs off the request's path. The log is for a
+// person diagnosing a key (idemops.Attempts, the admin lookup): it must say how many copies came and
+// when, but no copy should wait for it — an XADD in the claim's script was a fifth of a
+// replay's cost. add queues an entry and returns; one goroutine at a time sends what is
+// queued in one pipeline and exits once the queue is empty, so an idle guard runs nothing.
+// Past maxQueuedAttempts (Redis slow or down) entries are dropped and counted.
+type attemptLog struct {
+	g       *Guard
+	mu      sync.Mutex
+	queue   []queuedAttempt
+	sending bool
+}
+
+type queuedAttempt struct {
+	key Key
+	a   *attempt
+}
+
+// maxQueuedAttempts bounds the memory the log takes while Redis does not keep up.
+const maxQueuedAttempts = 8192
+
+// attemptLogGather is how long a queued attempt waits for others before it is sent.
+const attemptLogGather = 5 * time.Millisecond
+
+func (l *attemptLog) add(k Key, a *attempt) {
+	if l.g.rdb == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.queue) >= maxQueuedAttempts {
+		l.g.metrics.attemptsDropped.Inc()
+		return
+	}
+	l.queue = append(l.queue, queuedAttempt{key: k, a: a})
+	if !l.sending {
+		l.sending = true
+		go l.drain()
+	}
+}
+
+// drain sends the queue until it finds it empty. It lets the queue gather for a moment
+// first: a storm's copies then share a pipeline instead of sending one each.
+func (l *attemptLog) drain() {
+	time.Sleep(attemptLogGather)
+	for {
+		l.mu.Lock()
+		batch := l.queue
+		l.queue = nil
+		if len(batch) == 0 {
+			l.sending = false
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		l.send(batch)
+	}
+}
+
+// flush sends what is queued now, for a reader of the log who must see every attempt this
+// guard has answered.
+func (l *attemptLog) flush() {
+	l.mu.Lock()
+	batch := l.queue
+	l.queue = nil
+	l.mu.Unlock()
+	l.send(batch)
+}
+
+// send appends batch to the logs in one pipeline: each log a stream capped near 64 entries
+// that lives as long as the replay cache.
+func (l *attemptLog) send(batch []queuedAttempt) {
+	if len(batch) == 0 {
+		return
+	}
+	g := l.g
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pipe := g.rdb.Pipeline()
+	for _, q := range batch {
+		a := q.a
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: g.logKey(q.key), MaxLen: 64, Approx: true, Values: []any{
+			"t", a.at.UnixMilli(), "rid", a.rid, "via", a.via, "outcome", a.outcome, "layer", a.layer,
+			"status", a.status, "ms", strconv.FormatFloat(float64(a.duration.Microseconds())/1000, 'f', 3, 64)}})
+		pipe.PExpire(ctx, g.logKey(q.key), g.cfg.CacheTTL)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		g.metrics.redisErrors.WithLabelValues(layerCache).Inc()
+	}
+}
+
+// attempts returns the logged attempts at k, oldest first (idemops.Attempts).
+func (g *Guard) attempts(ctx context.Context, k Key) ([]opskit.Attempt, error) {
+	if g.rdb == nil {
+		return nil, nil
+	}
+	g.log.flush()
+	msgs, err := g.rdb.XRange(ctx, g.logKey(k), "-", "+").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]opskit.Attempt, 0, len(msgs))
+	for _, m := range msgs {
+		str := func(f string) string { s, _ := m.Values[f].(string); return s }
+		ms, _ := strconv.ParseInt(str("t"), 10, 64)
+		status, _ := strconv.Atoi(str("status"))
+		d, _ := strconv.ParseFloat(str("ms"), 64)
+		out = append(out, opskit.Attempt{
+			At: time.UnixMilli(ms).UTC(), RequestID: str("rid"), Via: str("via"), Outcome: str("outcome"),
+			Layer: str("layer"), Status: status, Duration: time.Duration(d * float64(time.Millisecond)), DurationMS: d,
+		})
+	}
+	// Two pipelines (the background one and a flush) may have crossed: order by time.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out, nil
+}
+
+// The message marker: Message, the guard of a consumed message, filters copies with a Redis
+// marker (SET NX EX) before the dedup record.
+
+// errMessageInFlight means another consumer is processing a copy of this message right now;
+// the caller must not acknowledge it, and the broker redelivers it later. It is ErrKeyInUse
+// to errors.Is.
+var errMessageInFlight = &Error{Code: ErrKeyInUse.Code, Detail: "a copy of this message is being processed; do not acknowledge it"}
+
+// releaseMarkerScript deletes a "processing" marker only if this consumer set it.
+var releaseMarkerScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// Message processes a consumed message exactly once (000 §4.4). Redis SET NX EX is the first
+// filter: a copy whose marker says "done" is a duplicate and may be acknowledged at once.
+// Otherwise the message goes through Do, whose dedup record in the consumer's transaction is
+// the backstop — and the same record an HTTP copy of the same business fact converges on (I1).
+//
+// The caller acknowledges when err is nil (executed or replayed) and also on ErrKeyReused (a
+// deterministic refusal); on any other error it must not, so that the message is redelivered:
+// ErrKeyInUse while another consumer processes a copy of it.
+// A work outcome that is not stored (see storable) is such an error.
+func (g *Guard) Message(ctx context.Context, req Request, work Work) (Result, error) {
+	if g.rdb == nil {
+		return g.messageWithoutMarker(ctx, req, work)
+	}
+	marker := g.markerKey(req.Key)
+	owner := fmt.Sprintf("processing:%.16s:%s", req.Fingerprint, randomSuffix())
+	set, err := g.rdb.SetNX(ctx, marker, owner, g.cfg.LockTTL).Result()
+	switch {
+	case err != nil:
+		if err := g.redisFailed(layerMessage, err); err != nil {
+			return Result{Outcome: Unavailable, Layer: layerMessage}, err
+		}
+	case !set:
+		v, gerr := g.rdb.Get(ctx, marker).Result()
+		if gerr == nil && strings.HasPrefix(v, "done") {
+			res := Result{Outcome: Replayed, Layer: layerMessage}
+			g.observe(ctx, req.Key, res, nil, time.Now())
+			return res, nil
+		}
+		if gerr == nil {
+			return Result{Outcome: InProgress, Layer: layerMessage}, errMessageInFlight
+		}
+		// The marker vanished between the two calls: let the backstop decide.
+	}
+
+	res, err := g.Do(ctx, req, work)
+	if err == nil && !storable(res.Response.Status) {
+		// Rolled back and not stored (5xx, 401 …): nothing happened, so this copy must be
+		// redelivered, neither acknowledged nor marked done.
+		err = fmt.Errorf("the work answered %d: nothing stored, redeliver", res.Response.Status)
+	}
+	bg := context.WithoutCancel(ctx)
+	if err == nil {
+		_ = g.rdb.Set(bg, marker, "done", g.cfg.MessageTTL).Err()
+	} else if set {
+		_ = releaseMarkerScript.Run(bg, g.rdb, []string{marker}, owner).Err()
+	}
+	return res, err
+}
+
+// messageWithoutMarker is Message on a guard without Redis: the dedup record alone.
+func (g *Guard) messageWithoutMarker(ctx context.Context, req Request, work Work) (Result, error) {
+	res, err := g.Do(ctx, req, work)
+	if err == nil && !storable(res.Response.Status) {
+		err = fmt.Errorf("the work answered %d: nothing stored, redeliver", res.Response.Status)
+	}
+	return res, err
+}
+
+func randomSuffix() string {
+	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

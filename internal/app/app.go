@@ -278,7 +278,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		}),
 		&jobs.Scheduled{Name: "close-expired-orders", Interval: cfg.CloseJobInterval, Guard: a.Guard, Job: jobs.CloseExpiredOrders(a.orders, a.trades.BeforeClose)},
 		&jobs.Scheduled{Name: "reconcile-payments", Interval: cfg.ReconcileJobInterval, Guard: a.Guard, Job: jobs.ReconcilePayments(a.trades)},
-		&jobs.Scheduled{Name: "resume-refunds", Interval: cfg.RefundJobInterval, Guard: a.Guard, Job: jobs.ResumeRefunds(a.refunds)},
+		&jobs.Scheduled{Name: "resume-refunds", Interval: cfg.RefundJobInterval, Guard: a.Guard, Job: a.refunds.Resume},
 		&jobs.Scheduled{Name: "purge-dedup-records", Interval: cfg.PurgeJobInterval, Guard: a.Guard, Job: jobs.PurgeDedupRecords(a.Guard, cfg.DedupRetention)},
 	)
 	a.consumersReady = payments.Ready

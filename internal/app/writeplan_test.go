@@ -204,7 +204,7 @@ func TestWritesArePlanned(t *testing.T) {
 }
 
 // recordAt is the position of the dedup record's INSERT in stmts (the kit's own statement,
-// idempotent/record.go), or -1.
+// idempotent/guard.go), or -1.
 func recordAt(stmts []string) int { return testenv.Index(stmts, "INSERT INTO idempotency_records") }
 
 func describe(stmts []string) string {

@@ -35,12 +35,6 @@ func ReconcilePayments(trades *payment.Trades) func(ctx context.Context) (int64,
 	}
 }
 
-// ResumeRefunds finishes refunds left PENDING or SUBMITTED — calling again with the same
-// out_refund_no, never a new one (I8) — and refunds the anomalies that call for it.
-func ResumeRefunds(refunds *refund.Service) func(ctx context.Context) (int64, error) {
-	return refunds.Resume
-}
-
 func (h *Handler) reconcilePayments(w http.ResponseWriter, r *http.Request) {
 	checked, applied, err := h.channel.Trades.Reconcile(r.Context())
 	if err != nil {

@@ -3,7 +3,6 @@ package order
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"gorm.io/gorm"
@@ -11,56 +10,9 @@ import (
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
 	idem "github.com/oncepay/oncepay/internal/idempotent"
-	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/web"
 )
-
-// View is the JSON form of an order (docs/contract.md).
-type View struct {
-	OrderID   string     `json:"order_id"`
-	UserID    string     `json:"user_id"`
-	Status    Status     `json:"status"`
-	Amount    int64      `json:"amount"`
-	Currency  string     `json:"currency"`
-	Items     []ItemView `json:"items"`
-	CreatedAt string     `json:"created_at"`
-	ExpiresAt string     `json:"expires_at"`
-	PaidAt    *string    `json:"paid_at"`
-	TradeNo   *string    `json:"trade_no"`
-	// Transfer is the ledger transfer that captured the order's payment (internal/ledger),
-	// null until the order is paid.
-	Transfer *string `json:"transfer"`
-}
-
-// ItemView is the JSON form of an order item.
-type ItemView struct {
-	SKU      string `json:"sku"`
-	Quantity int64  `json:"quantity"`
-	Price    int64  `json:"price"`
-}
-
-// ViewOf renders o for the API.
-func ViewOf(o Order) View {
-	v := View{
-		OrderID: ids.Format(o.ID), UserID: ids.Format(o.UserID), Status: o.Status, Amount: o.Amount,
-		Currency: o.Currency, Items: make([]ItemView, len(o.Items)),
-		CreatedAt: o.CreatedAt.UTC().Format(time.RFC3339), ExpiresAt: o.ExpiresAt.UTC().Format(time.RFC3339),
-		TradeNo: o.TradeNo,
-	}
-	for i, it := range o.Items {
-		v.Items[i] = ItemView{SKU: it.SKU, Quantity: it.Quantity, Price: it.Price}
-	}
-	if o.PaidAt != nil {
-		s := o.PaidAt.UTC().Format(time.RFC3339)
-		v.PaidAt = &s
-		if o.Channel != nil && o.TradeNo != nil {
-			t := ledger.TradeID(*o.Channel, *o.TradeNo)
-			v.Transfer = &t
-		}
-	}
-	return v
-}
 
 // Handler serves the order routes.
 type Handler struct {

@@ -1,14 +1,23 @@
+// Package order owns orders and their state machine. Every status change is one conditional
+// UPDATE whose precondition comes from the transition table below; the number of rows it
+// affected decides what happened, never a SELECT before it (I1, I5).
 package order
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/platform/apperr"
 	"github.com/oncepay/oncepay/internal/platform/clock"
@@ -424,4 +433,309 @@ func eventOf(o Order, typ string) func(eventID int64) any {
 			Status: o.Status, Amount: o.Amount, OccurredAt: clock.Now().Format(time.RFC3339Nano),
 		}
 	}
+}
+
+// The order: its statuses and the transition table every status change follows.
+
+// Status is an order's place in its lifecycle.
+type Status string
+
+// The order statuses (docs/contract.md).
+const (
+	PendingPayment Status = "PENDING_PAYMENT"
+	Paid           Status = "PAID"
+	Cancelled      Status = "CANCELLED"
+	Closed         Status = "CLOSED"
+	// Refunded: the SUCCEEDED refunds of a PAID order reached its amount; its stock went back.
+	Refunded Status = "REFUNDED"
+)
+
+// transitions lists, for each status, the statuses an order may come from. It is the only
+// source of the preconditions in the conditional UPDATEs: a late close task (I5) or a late
+// copy of a payment (I1) finds the order already moved on, affects 0 rows, and changes
+// nothing — in particular, nothing but its refunds ever moves an order out of PAID.
+var transitions = map[Status][]Status{
+	Paid:      {PendingPayment},
+	Cancelled: {PendingPayment},
+	Closed:    {PendingPayment},
+	Refunded:  {Paid},
+}
+
+// From returns the statuses an order may reach to from.
+func From(to Status) []Status { return transitions[to] }
+
+// Errors of this package.
+var (
+	// ErrIllegalState is a change the order's current status does not allow.
+	ErrIllegalState = apperr.New(http.StatusConflict, "illegal_state", "the order's status does not allow this")
+	// ErrNotFound is an unknown order or another user's.
+	ErrNotFound = apperr.ErrNotFound.Withf("no such order")
+)
+
+// Order is a row of orders with its items.
+type Order struct {
+	ID        int64
+	UserID    int64
+	Status    Status
+	Amount    int64
+	Currency  string
+	Channel   *string
+	TradeNo   *string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	ExpiresAt time.Time
+	PaidAt    *time.Time
+	Items     []Item `gorm:"-"`
+}
+
+// Item is a row of order_items: a SKU, its quantity and its unit price at order time.
+type Item struct {
+	OrderID  int64
+	SKU      string `gorm:"column:sku"`
+	Quantity int64
+	Price    int64
+}
+
+// TableName is the table of Item.
+func (Item) TableName() string { return "order_items" }
+
+// Currency is the only currency oncepay handles.
+const Currency = "CNY"
+
+// PaidBy reports whether o was paid by channel's trade tradeNo, whatever its status since
+// (paid, partially or fully refunded): the fact a redelivered report is recognised by once
+// its dedup record is gone (I13).
+func (o Order) PaidBy(channel, tradeNo string) bool {
+	return o.Channel != nil && o.TradeNo != nil && *o.Channel == channel && *o.TradeNo == tradeNo
+}
+
+// The store: the order's rows, written in the transaction they belong to.
+
+// Store reads and writes orders. Writes take the transaction they belong to; reads take the
+// connection to read from (a transaction, or the pool).
+type Store struct {
+	// localLocks lets Lock be a locking read instead of a write: on one server, where a row
+	// lock is the whole server's. The zero value writes, which is correct on every server
+	// (Lock).
+	localLocks bool
+}
+
+// Get returns order id with its items, or ErrNotFound.
+func (Store) Get(ctx context.Context, db *gorm.DB, id int64) (Order, error) {
+	return get(ctx, db, id, false)
+}
+
+// Current returns order id as it is now, with a locking read inside tx: the answer to "why
+// did my conditional UPDATE affect 0 rows?" (see database.ForUpdate).
+func (Store) Current(ctx context.Context, tx *gorm.DB, id int64) (Order, error) {
+	return get(ctx, tx, id, true)
+}
+
+func get(ctx context.Context, db *gorm.DB, id int64, current bool) (Order, error) {
+	conn := db.WithContext(ctx)
+	q := conn
+	if current {
+		q = database.ForUpdate(conn)
+	}
+	var o Order
+	err := q.Where("id = ?", id).Take(&o).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Order{}, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, err
+	}
+	err = conn.Where("order_id = ?", id).Order("sku").Find(&o.Items).Error
+	return o, err
+}
+
+// Lock takes order id's row lock in tx before a decision that depends on the order — a
+// refund counted against what was paid, a refund that completes the order, a trade opened on
+// it — or reports ErrNotFound.
+//
+// On one MySQL server it is a locking read (SELECT … FOR UPDATE), which changes nothing: a
+// duplicate report that finds its decision taken leaves the order as it was (the fences of
+// docs/incidents.md, I13, compare every row). On a MariaDB Galera cluster (no localLocks) it is a
+// write — updated_at moves on by a microsecond at least — because a locking read there locks
+// the row on its own node only and is never certified: two transactions on two nodes that each
+// lock the order and then decide both commit — write skew: two partial refunds reported at once
+// on two nodes each counted only itself and left a refunded order PAID (found by the chaos run
+// on Galera). A written row is in the write set: the second to commit loses certification
+// (1213), and the guard runs it again, now seeing the first. SQLite serializes write
+// transactions already: there it only checks that the order exists.
+func (st Store) Lock(ctx context.Context, tx *gorm.DB, id int64) error {
+	tx = tx.WithContext(ctx)
+	if database.DialectOf(tx) == database.MySQL && !st.localLocks {
+		// The database's clock: a closed order's updated_at is its close time by that clock
+		// (Service.Close), which a lock on an instance whose clock runs behind must not move
+		// back, nor one ahead push minutes into the future.
+		res := tx.Exec("UPDATE orders SET updated_at = GREATEST(updated_at + INTERVAL 1 MICROSECOND, UTC_TIMESTAMP(6)) WHERE id = ?", id)
+		switch {
+		case res.Error != nil:
+			return res.Error
+		case res.RowsAffected == 0:
+			return ErrNotFound
+		}
+		return nil
+	}
+	var found struct{ ID int64 }
+	err := database.ForUpdate(tx).Model(&Order{}).Select("id").Where("id = ?", id).Take(&found).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// Transition moves order id to status to, provided its current status is one of From(to),
+// and sets the extra columns, in tx. It reports whether the order moved: false means it had
+// already moved on, which callers treat as an answer, never as an error to retry blindly.
+// This conditional UPDATE is the defense against I5 (a late close task closed a paid order)
+// and against a late copy of a payment moving a status backwards (I1).
+func (Store) Transition(ctx context.Context, tx *gorm.DB, id int64, to Status, set map[string]any) (bool, error) {
+	cols := map[string]any{"status": to, "updated_at": clock.Now()}
+	for k, v := range set {
+		cols[k] = v
+	}
+	tx = tx.WithContext(ctx)
+	// Lock the row by primary key first. With few PENDING orders, MySQL may plan the UPDATE
+	// below as a range scan of idx_orders_status_expires, whose next-key locks let two
+	// transitions of one order deadlock. This read only locks; the UPDATE still decides.
+	var locked struct{ ID int64 }
+	if err := database.ForUpdate(tx).Model(&Order{}).Select("id").Where("id = ?", id).Take(&locked).Error; err != nil {
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	res := tx.Model(&Order{}).
+		Where("id = ? AND status IN ?", id, From(to)).
+		Updates(cols)
+	return res.RowsAffected == 1, res.Error
+}
+
+// TransitionIn adds to b the conditional UPDATE that moves order id to status to, provided its
+// current status is one of From(to), with the columns of set: the planned form of
+// Transition, for a use case that decided from a plain read and placed its record before
+// this contended row. An order that moved on since the read fails the batch with
+// idempotent.ErrStale, and the guard runs the transaction again. The primary key is forced on
+// MySQL: with few PENDING orders the optimizer may otherwise scan idx_orders_status_expires,
+// whose next-key locks let two transitions of one order deadlock.
+func (Store) TransitionIn(ctx context.Context, b *database.Batch, id int64, to Status, set map[string]any) {
+	cols := slices.Sorted(maps.Keys(set))
+	var sql strings.Builder
+	sql.WriteString("UPDATE orders")
+	if b.Dialect() == database.MySQL {
+		sql.WriteString(" FORCE INDEX (PRIMARY)")
+	}
+	sql.WriteString(" SET status = ?")
+	vars := []any{string(to)}
+	for _, c := range cols {
+		sql.WriteString(", " + c + " = ?")
+		vars = append(vars, set[c])
+	}
+	from := From(to)
+	sql.WriteString(" WHERE id = ? AND status IN (?" + strings.Repeat(", ?", len(from)-1) + ")")
+	vars = append(vars, id)
+	for _, f := range from {
+		vars = append(vars, string(f))
+	}
+	b.Update(ctx, fmt.Errorf("order %d: %w", id, idempotent.ErrStale), sql.String(), vars...)
+}
+
+// ExpiredIDs returns up to limit ids of unpaid orders whose expires_at has passed.
+func (Store) ExpiredIDs(ctx context.Context, db *gorm.DB, now time.Time, limit int) ([]int64, error) {
+	var ids []int64
+	err := db.WithContext(ctx).Model(&Order{}).
+		Where("status = ? AND expires_at <= ?", PendingPayment, now).
+		Order("expires_at").Limit(limit).Pluck("id", &ids).Error
+	return ids, err
+}
+
+// What refunds ask of an order: its lock while they are created, and its move to REFUNDED.
+
+// LockPaid returns userID's order id with its row locked in tx, provided it is PAID: the
+// refunds of one order are then created one at a time, so that their sum never exceeds what
+// was paid whatever the concurrency. Another status is ErrIllegalState; another user's order
+// is ErrNotFound.
+func (s *Service) LockPaid(ctx context.Context, tx *gorm.DB, userID, id int64) (Order, error) {
+	if err := s.orders.Lock(ctx, tx, id); err != nil {
+		return Order{}, err
+	}
+	o, err := s.orders.Current(ctx, tx, id)
+	switch {
+	case err != nil:
+		return Order{}, err
+	case o.UserID != userID:
+		return Order{}, ErrNotFound
+	case o.Status != Paid:
+		return Order{}, ErrIllegalState.Withf("order %d is %s; only %s orders can be refunded", id, o.Status, Paid)
+	}
+	return o, nil
+}
+
+// Refund moves order id from PAID to REFUNDED, writes order.refunded and returns its stock
+// (sold − q, available + q), in tx, once its refunds have reached its amount. The status
+// and the stock — the contended rows — come last, after the caller's new rows. It reports
+// false, changing nothing, when the order was not PAID (already refunded, say).
+func (s *Service) Refund(ctx context.Context, tx *gorm.DB, id int64) (bool, error) {
+	moved, err := s.orders.Transition(ctx, tx, id, Refunded, nil)
+	if err != nil || !moved {
+		return false, err
+	}
+	o, err := s.orders.Get(ctx, tx, id)
+	if err != nil {
+		return false, err
+	}
+	if err := s.emit(ctx, tx, o, "order.refunded"); err != nil {
+		return false, err
+	}
+	return true, s.stock.Apply(ctx, tx, inventory.Return, o.ID, lines(o))
+}
+
+// The order's JSON view, answered by the HTTP handler and carried by events.
+
+// View is the JSON form of an order (docs/contract.md).
+type View struct {
+	OrderID   string     `json:"order_id"`
+	UserID    string     `json:"user_id"`
+	Status    Status     `json:"status"`
+	Amount    int64      `json:"amount"`
+	Currency  string     `json:"currency"`
+	Items     []ItemView `json:"items"`
+	CreatedAt string     `json:"created_at"`
+	ExpiresAt string     `json:"expires_at"`
+	PaidAt    *string    `json:"paid_at"`
+	TradeNo   *string    `json:"trade_no"`
+	// Transfer is the ledger transfer that captured the order's payment (internal/ledger),
+	// null until the order is paid.
+	Transfer *string `json:"transfer"`
+}
+
+// ItemView is the JSON form of an order item.
+type ItemView struct {
+	SKU      string `json:"sku"`
+	Quantity int64  `json:"quantity"`
+	Price    int64  `json:"price"`
+}
+
+// ViewOf renders o for the API.
+func ViewOf(o Order) View {
+	v := View{
+		OrderID: ids.Format(o.ID), UserID: ids.Format(o.UserID), Status: o.Status, Amount: o.Amount,
+		Currency: o.Currency, Items: make([]ItemView, len(o.Items)),
+		CreatedAt: o.CreatedAt.UTC().Format(time.RFC3339), ExpiresAt: o.ExpiresAt.UTC().Format(time.RFC3339),
+		TradeNo: o.TradeNo,
+	}
+	for i, it := range o.Items {
+		v.Items[i] = ItemView{SKU: it.SKU, Quantity: it.Quantity, Price: it.Price}
+	}
+	if o.PaidAt != nil {
+		s := o.PaidAt.UTC().Format(time.RFC3339)
+		v.PaidAt = &s
+		if o.Channel != nil && o.TradeNo != nil {
+			t := ledger.TradeID(*o.Channel, *o.TradeNo)
+			v.Transfer = &t
+		}
+	}
+	return v
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -231,3 +232,120 @@ func (p *heldPool) send(ctx context.Context) error {
 	}
 	return refused
 }
+
+// Without a Batch: Insert sends a use case's new rows in one round trip, ForUpdate makes a
+// read current.
+
+// Insert writes values — each a row or a slice of rows of any table — in tx, in one round
+// trip on MySQL (one multi-statement, its parameters interpolated and escaped by the driver)
+// and one statement after another on SQLite, where a statement is a function call. A use
+// case sends its new, uncontended rows this way before it touches the contended ones, so that
+// it holds their locks for as few round trips as possible. Any error leaves tx to be rolled
+// back.
+func Insert(ctx context.Context, tx *gorm.DB, values ...any) error {
+	sqls := make([]string, 0, len(values))
+	var vars []any
+	for _, v := range values {
+		stmt := tx.Session(&gorm.Session{DryRun: true, NewDB: true}).Create(v).Statement
+		if stmt.Error != nil {
+			return stmt.Error
+		}
+		if DialectOf(tx) == SQLite {
+			if _, err := tx.Statement.ConnPool.ExecContext(ctx, stmt.SQL.String(), stmt.Vars...); err != nil {
+				return err
+			}
+			continue
+		}
+		sqls = append(sqls, stmt.SQL.String())
+		vars = append(vars, stmt.Vars...)
+	}
+	if len(sqls) == 0 {
+		return nil
+	}
+	_, err := tx.Statement.ConnPool.ExecContext(ctx, strings.Join(sqls, ";\n"), vars...)
+	return err
+}
+
+// ForUpdate makes db's next query a current, locking read on MySQL (SELECT … FOR UPDATE).
+// Under REPEATABLE READ a plain SELECT after a conditional UPDATE that affected 0 rows may
+// answer from the transaction's older snapshot; the locking read sees what the UPDATE saw.
+// SQLite transactions begin IMMEDIATE, so their plain reads are already current.
+func ForUpdate(db *gorm.DB) *gorm.DB {
+	if DialectOf(db) == MySQL {
+		return db.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	return db
+}
+
+// The database's clock: the time instances agree on (Now).
+
+// sqliteNow is SQLite's clock as its strftime writes it, to the millisecond, in UTC.
+const sqliteNow = "2006-01-02 15:04:05.000"
+
+// Now returns the database server's clock, in UTC: on MySQL and MariaDB UTC_TIMESTAMP(6), on
+// SQLite strftime('now'), which is the clock of the machine the file is on. A decision that
+// instances must agree on — has this order expired, is this lease still held — compares
+// against it rather than against the instance's own clock (internal/platform/clock), which may
+// run minutes off: a close job on an instance ten minutes ahead closed orders ten minutes
+// before their expires_at, and a sender ten minutes ahead took over leases still held. db may
+// be a transaction; the read is one round trip.
+func Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
+	conn := db.WithContext(ctx)
+	if DialectOf(db) == MySQL {
+		var now time.Time
+		if err := conn.Raw("SELECT UTC_TIMESTAMP(6)").Scan(&now).Error; err != nil {
+			return time.Time{}, fmt.Errorf("the database's clock: %w", err)
+		}
+		return now.UTC(), nil
+	}
+	var s string
+	if err := conn.Raw("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").Scan(&s).Error; err != nil {
+		return time.Time{}, fmt.Errorf("the database's clock: %w", err)
+	}
+	now, err := time.ParseInLocation(sqliteNow, s, time.UTC)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the database's clock: %q: %w", s, err)
+	}
+	return now, nil
+}
+
+// NowSQL is the SQL expression of the database's clock (see Now), for a write that reads it
+// in a query it sends anyway rather than in a round trip of its own; scan it into a Clock.
+func NowSQL(db *gorm.DB) string {
+	if DialectOf(db) == MySQL {
+		return "UTC_TIMESTAMP(6)"
+	}
+	return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+}
+
+// Clock is the database's clock read by NowSQL, in UTC, whichever way the driver hands it
+// over: a time.Time (MySQL with parseTime), or SQLite's text.
+type Clock struct{ time.Time }
+
+// Scan implements sql.Scanner.
+func (c *Clock) Scan(v any) error {
+	switch v := v.(type) {
+	case time.Time:
+		c.Time = v.UTC()
+		return nil
+	case string:
+		return c.parse(v)
+	case []byte:
+		return c.parse(string(v))
+	}
+	return fmt.Errorf("the database's clock: cannot read %T", v)
+}
+
+func (c *Clock) parse(s string) error {
+	// A layout without a fraction parses any fraction the text has (SQLite's milliseconds,
+	// MySQL's microseconds when the driver does not parse times).
+	t, err := time.ParseInLocation(time.DateTime, s, time.UTC)
+	if err != nil {
+		return fmt.Errorf("the database's clock: %q: %w", s, err)
+	}
+	c.Time = t
+	return nil
+}
+
+// Value implements driver.Valuer, which gorm asks of a struct column's type.
+func (c Clock) Value() (driver.Value, error) { return c.Time, nil }

@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 	"github.com/pressly/goose/v3"
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
 	"github.com/oncepay/oncepay/internal/platform/clock"
@@ -322,47 +320,6 @@ func IsLockWaitTimeout(err error) bool {
 
 // IsRetryable reports whether err is (or translates to) a transaction the database aborted.
 func IsRetryable(err error) bool { return errors.Is(Translate(err), ErrRetryable) }
-
-// Insert writes values — each a row or a slice of rows of any table — in tx, in one round
-// trip on MySQL (one multi-statement, its parameters interpolated and escaped by the driver)
-// and one statement after another on SQLite, where a statement is a function call. A use
-// case sends its new, uncontended rows this way before it touches the contended ones, so that
-// it holds their locks for as few round trips as possible. Any error leaves tx to be rolled
-// back.
-func Insert(ctx context.Context, tx *gorm.DB, values ...any) error {
-	sqls := make([]string, 0, len(values))
-	var vars []any
-	for _, v := range values {
-		stmt := tx.Session(&gorm.Session{DryRun: true, NewDB: true}).Create(v).Statement
-		if stmt.Error != nil {
-			return stmt.Error
-		}
-		if DialectOf(tx) == SQLite {
-			if _, err := tx.Statement.ConnPool.ExecContext(ctx, stmt.SQL.String(), stmt.Vars...); err != nil {
-				return err
-			}
-			continue
-		}
-		sqls = append(sqls, stmt.SQL.String())
-		vars = append(vars, stmt.Vars...)
-	}
-	if len(sqls) == 0 {
-		return nil
-	}
-	_, err := tx.Statement.ConnPool.ExecContext(ctx, strings.Join(sqls, ";\n"), vars...)
-	return err
-}
-
-// ForUpdate makes db's next query a current, locking read on MySQL (SELECT … FOR UPDATE).
-// Under REPEATABLE READ a plain SELECT after a conditional UPDATE that affected 0 rows may
-// answer from the transaction's older snapshot; the locking read sees what the UPDATE saw.
-// SQLite transactions begin IMMEDIATE, so their plain reads are already current.
-func ForUpdate(db *gorm.DB) *gorm.DB {
-	if DialectOf(db) == MySQL {
-		return db.Clauses(clause.Locking{Strength: "UPDATE"})
-	}
-	return db
-}
 
 // Ping checks that the database answers.
 func Ping(ctx context.Context, db *gorm.DB) error {
