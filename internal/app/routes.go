@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -46,7 +47,9 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 	orders := order.NewHandler(a.orders, a.idem, a.trades)
 	trades := payment.NewTradeHandler(a.trades, a.idem)
 	refunds := refund.NewHandler(a.refunds, a.idem)
-	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention, jobs.Channel{Trades: a.trades, Refunds: a.refunds, Bills: a.bills})
+	books := ledger.New(a.IDs)
+	jobRuns := jobs.NewHandler(a.orders, a.Guard, a.Config.DedupRetention, jobs.Channel{Trades: a.trades, Refunds: a.refunds, Bills: a.bills},
+		func(ctx context.Context) (int64, error) { return books.Backfill(ctx, a.DB) })
 	accounts := account.NewHandler(a.recharges, a.users, a.idem)
 	idemAPI := idem.NewAPI(a.Guard, marks, a.Registry)
 	hooks := webhook.NewHandler(a.DB, a.IDs, a.endpoints, a.adminIdem, a.webhookPolicy, a.Config.WebhookRotationGrace)

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -20,12 +21,14 @@ type Handler struct {
 	guard     *idempotent.Guard
 	retention time.Duration
 	channel   Channel
+	backfill  func(context.Context) (int64, error)
 }
 
-// NewHandler returns the admin jobs handler; retention is the configured dedup retention and
-// ch the jobs that talk to the payment channel.
-func NewHandler(orders *order.Service, guard *idempotent.Guard, retention time.Duration, ch Channel) *Handler {
-	return &Handler{orders: orders, guard: guard, retention: retention, channel: ch}
+// NewHandler returns the admin jobs handler; retention is the configured dedup retention, ch
+// the jobs that talk to the payment channel, and backfill posts the books of the money that
+// moved before them (ledger.Books.Backfill).
+func NewHandler(orders *order.Service, guard *idempotent.Guard, retention time.Duration, ch Channel, backfill func(context.Context) (int64, error)) *Handler {
+	return &Handler{orders: orders, guard: guard, retention: retention, channel: ch, backfill: backfill}
 }
 
 // AdminRoutes serves the job runs, mounted at /v1/admin/jobs behind the admin key.
@@ -36,7 +39,19 @@ func (h *Handler) AdminRoutes() chi.Router {
 	r.Post("/reconcile-payments/run", h.reconcilePayments)
 	r.Post("/resume-refunds/run", h.resumeRefunds)
 	r.Post("/reconcile-bills/run", h.reconcileBills)
+	r.Post("/backfill-ledger/run", h.backfillLedger)
 	return r
+}
+
+// backfillLedger posts the transfers that money moved before the books existed is missing;
+// a second run posts nothing.
+func (h *Handler) backfillLedger(w http.ResponseWriter, r *http.Request) {
+	n, err := h.backfill(r.Context())
+	if err != nil {
+		web.WriteError(w, r, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]int64{"posted": n})
 }
 
 func (h *Handler) closeExpired(w http.ResponseWriter, r *http.Request) {

@@ -426,11 +426,7 @@ func target(status string) (Status, bool) {
 // booked is r as the books see it: the money of a refund a customer asked for goes back out
 // of the merchant's revenue, that of a payment kept as an anomaly out of suspense.
 func booked(r Refund) ledger.Refund {
-	from := ledger.Revenue
-	if r.AnomalyID != nil {
-		from = ledger.Suspense
-	}
-	return ledger.Refund{Channel: r.Channel, OutRefundNo: r.OutRefundNo, Amount: r.Amount, TradeNo: r.TradeNo, From: from}
+	return ledger.Refund{Channel: r.Channel, OutRefundNo: r.OutRefundNo, Amount: r.Amount, TradeNo: r.TradeNo, From: ledger.RefundFrom(r.AnomalyID != nil)}
 }
 
 // Reports: the inbound half of refunds, the channel's refund reports applied through
