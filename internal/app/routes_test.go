@@ -31,6 +31,8 @@ var notIdempotentByKey = map[string]string{
 		"and each anomaly opens one refund (unique anomaly_id)",
 	"POST /v1/admin/jobs/reconcile-bills/run": "conditionally idempotent: one anomaly per kind, channel and " +
 		"number however often a day is run; a paid trade is applied through the report's own key",
+	"POST /v1/admin/jobs/backfill-ledger/run": "naturally idempotent: each transfer's id is its fact, an " +
+		"existing one is skipped, and a second run posts nothing",
 }
 
 // writeMethods are the methods of the routes that change something.
