@@ -335,7 +335,7 @@ func (s *Service) PayUpdates(ctx context.Context, b *database.Batch, paid Order)
 
 // LockPayable returns userID's order id with its row locked in tx, provided it can still be
 // paid: PENDING_PAYMENT and not expired; otherwise ErrIllegalState. Another user's order is
-// ErrNotFound (as LockPaid). Opening a channel trade commits
+// ErrNotFound. Opening a channel trade commits
 // its row under this lock, and a cancel changes the same row, so that whichever commits
 // second sees the other (payment.Trades.Open and CheckCancel).
 func (s *Service) LockPayable(ctx context.Context, tx *gorm.DB, userID, id int64) (Order, error) {
@@ -651,27 +651,7 @@ func (Store) ExpiredIDs(ctx context.Context, db *gorm.DB, now time.Time, limit i
 	return ids, err
 }
 
-// What refunds ask of an order: its lock while they are created, and its move to REFUNDED.
-
-// LockPaid returns userID's order id with its row locked in tx, provided it is PAID: the
-// refunds of one order are then created one at a time, so that their sum never exceeds what
-// was paid whatever the concurrency. Another status is ErrIllegalState; another user's order
-// is ErrNotFound.
-func (s *Service) LockPaid(ctx context.Context, tx *gorm.DB, userID, id int64) (Order, error) {
-	if err := s.orders.Lock(ctx, tx, id); err != nil {
-		return Order{}, err
-	}
-	o, err := s.orders.Current(ctx, tx, id)
-	switch {
-	case err != nil:
-		return Order{}, err
-	case o.UserID != userID:
-		return Order{}, ErrNotFound
-	case o.Status != Paid:
-		return Order{}, ErrIllegalState.Withf("order %d is %s; only %s orders can be refunded", id, o.Status, Paid)
-	}
-	return o, nil
-}
+// What refunds ask of an order: its move to REFUNDED.
 
 // Refund moves order id from PAID to REFUNDED, writes order.refunded and returns its stock
 // (sold − q, available + q), in tx, once its refunds have reached its amount. The status
