@@ -116,77 +116,68 @@ func TestLedgerAPI(t *testing.T) {
 // the transfers the writes had posted — same ids, kinds, amounts and postings — and a second
 // run posts nothing. On SQLite and on MariaDB.
 func TestBackfillPostsTheMoneyOfBefore(t *testing.T) {
-	for _, dialect := range []string{"sqlite", "mysql"} {
-		t.Run(dialect, func(t *testing.T) {
-			var db *gorm.DB
-			if dialect == "sqlite" {
-				db = testenv.SQLite(t)
-			} else {
-				testenv.RequireMySQL(t)
-				db = testenv.DB(t)
-			}
-			s := apptest.StartOn(t, app.Deps{DB: db, Redis: testenv.Redis(t), Kafka: testenv.Kafka(t)})
-			item := apptest.Item{SKU: "BACKFILL-" + apptest.RandHex(3), Quantity: 1}
-			s.PutInventory(t, item.SKU, 3000, 10)
-			o := s.CreateOrder(t, apptest.AliceKey, "backfill-"+apptest.RandHex(4), item)
-			apptest.Must(t, s.SignedNotify(apptest.JSON(apptest.Notification(o, "alipay", "T-BF-"+apptest.RandHex(4)))), http.StatusOK)
-			apptest.Must(t, s.SignedNotify(apptest.JSON(apptest.Notification(o, "alipay", "T-BF-DUP-"+apptest.RandHex(4)))), http.StatusOK)
-			apptest.Must(t, s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/refunds", apptest.AliceKey, map[string]any{"amount": 1000},
-				apptest.IdemKey("backfill-refund-"+apptest.RandHex(4))), http.StatusCreated)
-			rid := s.CreateRecharge(t, apptest.AliceKey, 700)
-			apptest.Must(t, s.NotifyRecharge(apptest.RechargeReport(rid, "alipay", "T-BF-RC-"+apptest.RandHex(4), 700)), http.StatusOK)
-			apptest.Eventually(t, 10*time.Second, "the refund voided", func() (bool, string) {
-				return s.Count(t, "ledger_transfers", "kind = ?", ledger.Void) == 1, "no void yet"
-			})
-
-			books := func() map[string]string {
-				st := map[string]string{}
-				var ts []ledger.Transfer
-				var ps []ledger.Posting
-				if err := s.DB.Find(&ts).Error; err != nil {
-					t.Fatal(err)
-				}
-				if err := s.DB.Find(&ps).Error; err != nil {
-					t.Fatal(err)
-				}
-				for _, tr := range ts {
-					st[tr.ID] = fmt.Sprintf("%s %d %s %s", tr.Kind, tr.Amount, orNull(tr.PendingID), orNull(tr.CaptureID))
-				}
-				for _, p := range ps {
-					st[p.TransferID+" "+p.Account] = fmt.Sprintf("%d %v", p.Amount, p.Pending)
-				}
-				return st
-			}
-			before := books()
-			// capture, kept capture, recharge capture, the refund's hold and its void.
-			if n := s.Count(t, "ledger_transfers", ""); n != 5 {
-				t.Fatalf("the history posted %d transfers, want 5: %v", n, before)
-			}
-			for _, table := range []string{"ledger_postings", "ledger_transfers"} {
-				if err := s.DB.Exec("DELETE FROM " + table).Error; err != nil {
-					t.Fatal(err)
-				}
-			}
-			if vs, err := ledger.Check(t.Context(), s.DB); err != nil || len(vs) == 0 {
-				t.Fatalf("the check of books without their transfers: %v %v, want violations", vs, err)
-			}
-
-			var run struct{ Posted int64 }
-			adminRun(t, s, "backfill-ledger", nil, &run)
-			if run.Posted != 5 {
-				t.Errorf("the backfill posted %d transfers, want 5", run.Posted)
-			}
-			after := books()
-			if !maps.Equal(before, after) {
-				t.Errorf("the backfilled books differ from the written ones:\nwritten    %v\nbackfilled %v", before, after)
-			}
-			checkBooks(t, s, "after the backfill")
-			adminRun(t, s, "backfill-ledger", nil, &run)
-			if run.Posted != 0 {
-				t.Errorf("a second backfill posted %d transfers, want 0", run.Posted)
-			}
+	testenv.OnBothDialects(t, func(t *testing.T, db *gorm.DB) {
+		s := apptest.StartOn(t, app.Deps{DB: db, Redis: testenv.Redis(t), Kafka: testenv.Kafka(t)})
+		item := apptest.Item{SKU: "BACKFILL-" + apptest.RandHex(3), Quantity: 1}
+		s.PutInventory(t, item.SKU, 3000, 10)
+		o := s.CreateOrder(t, apptest.AliceKey, "backfill-"+apptest.RandHex(4), item)
+		apptest.Must(t, s.SignedNotify(apptest.JSON(apptest.Notification(o, "alipay", "T-BF-"+apptest.RandHex(4)))), http.StatusOK)
+		apptest.Must(t, s.SignedNotify(apptest.JSON(apptest.Notification(o, "alipay", "T-BF-DUP-"+apptest.RandHex(4)))), http.StatusOK)
+		apptest.Must(t, s.Do(http.MethodPost, "/v1/orders/"+o.OrderID+"/refunds", apptest.AliceKey, map[string]any{"amount": 1000},
+			apptest.IdemKey("backfill-refund-"+apptest.RandHex(4))), http.StatusCreated)
+		rid := s.CreateRecharge(t, apptest.AliceKey, 700)
+		apptest.Must(t, s.NotifyRecharge(apptest.RechargeReport(rid, "alipay", "T-BF-RC-"+apptest.RandHex(4), 700)), http.StatusOK)
+		apptest.Eventually(t, 10*time.Second, "the refund voided", func() (bool, string) {
+			return s.Count(t, "ledger_transfers", "kind = ?", ledger.Void) == 1, "no void yet"
 		})
-	}
+
+		books := func() map[string]string {
+			st := map[string]string{}
+			var ts []ledger.Transfer
+			var ps []ledger.Posting
+			if err := s.DB.Find(&ts).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DB.Find(&ps).Error; err != nil {
+				t.Fatal(err)
+			}
+			for _, tr := range ts {
+				st[tr.ID] = fmt.Sprintf("%s %d %s %s", tr.Kind, tr.Amount, orNull(tr.PendingID), orNull(tr.CaptureID))
+			}
+			for _, p := range ps {
+				st[p.TransferID+" "+p.Account] = fmt.Sprintf("%d %v", p.Amount, p.Pending)
+			}
+			return st
+		}
+		before := books()
+		// capture, kept capture, recharge capture, the refund's hold and its void.
+		if n := s.Count(t, "ledger_transfers", ""); n != 5 {
+			t.Fatalf("the history posted %d transfers, want 5: %v", n, before)
+		}
+		for _, table := range []string{"ledger_postings", "ledger_transfers"} {
+			if err := s.DB.Exec("DELETE FROM " + table).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if vs, err := ledger.Check(t.Context(), s.DB); err != nil || len(vs) == 0 {
+			t.Fatalf("the check of books without their transfers: %v %v, want violations", vs, err)
+		}
+
+		var run struct{ Posted int64 }
+		adminRun(t, s, "backfill-ledger", nil, &run)
+		if run.Posted != 5 {
+			t.Errorf("the backfill posted %d transfers, want 5", run.Posted)
+		}
+		after := books()
+		if !maps.Equal(before, after) {
+			t.Errorf("the backfilled books differ from the written ones:\nwritten    %v\nbackfilled %v", before, after)
+		}
+		checkBooks(t, s, "after the backfill")
+		adminRun(t, s, "backfill-ledger", nil, &run)
+		if run.Posted != 0 {
+			t.Errorf("a second backfill posted %d transfers, want 0", run.Posted)
+		}
+	})
 }
 
 // orNull is *s, or NULL.

@@ -37,55 +37,46 @@ import (
 // oncepay or at the channel), anomaly, ledger row, payment or state change. It runs on
 // SQLite and, when configured, on MySQL, in one run.
 func TestFencesOutliveThePurge(t *testing.T) {
-	for _, dialect := range []string{"sqlite", "mysql"} {
-		t.Run(dialect, func(t *testing.T) {
-			var db *gorm.DB
-			if dialect == "sqlite" {
-				db = testenv.SQLite(t)
-			} else {
-				testenv.RequireMySQL(t)
-				db = testenv.DB(t)
-			}
-			s := apptest.StartOn(t, app.Deps{DB: db, Redis: testenv.Redis(t), Kafka: testenv.Kafka(t)}, func(c *config.Config) {
-				c.CloseJobInterval, c.ReconcileJobInterval, c.RefundJobInterval, c.PurgeJobInterval = time.Hour, time.Hour, time.Hour, time.Hour
-			})
-			h := &moneyHistory{t: t, s: s}
-			h.build()
-			h.runJobs()
-			h.waitChannelQuiet()
-			h.runJobs()
-			before, channelBefore := moneyState(t, s), channelState(s)
-			h.checkHistory(before)
-			checkBooks(t, s, "before the purge")
-
-			if n := s.PurgeDedup(t, "0s"); n == 0 {
-				t.Fatal("the purge removed no dedup record")
-			}
-			if err := s.Deps.Redis.Client.FlushDB(context.Background()).Err(); err != nil {
-				t.Fatalf("empty Redis: %v", err)
-			}
-			h.redeliver(5)
-			h.runJobs()
-			h.waitChannelQuiet()
-			h.runJobs()
-
-			after, channelAfter := moneyState(t, s), channelState(s)
-			for _, k := range slices.Sorted(maps.Keys(after)) {
-				if before[k] != after[k] {
-					t.Errorf("after the purge and the redeliveries, %s = %q, was %q", k, after[k], before[k])
-				}
-			}
-			for k := range before {
-				if _, ok := after[k]; !ok {
-					t.Errorf("after the purge and the redeliveries, %s is gone, was %q", k, before[k])
-				}
-			}
-			if channelAfter != channelBefore {
-				t.Errorf("at the channel: %s, was %s", channelAfter, channelBefore)
-			}
-			checkBooks(t, s, "after the purge and the redeliveries")
+	testenv.OnBothDialects(t, func(t *testing.T, db *gorm.DB) {
+		s := apptest.StartOn(t, app.Deps{DB: db, Redis: testenv.Redis(t), Kafka: testenv.Kafka(t)}, func(c *config.Config) {
+			c.CloseJobInterval, c.ReconcileJobInterval, c.RefundJobInterval, c.PurgeJobInterval = time.Hour, time.Hour, time.Hour, time.Hour
 		})
-	}
+		h := &moneyHistory{t: t, s: s}
+		h.build()
+		h.runJobs()
+		h.waitChannelQuiet()
+		h.runJobs()
+		before, channelBefore := moneyState(t, s), channelState(s)
+		h.checkHistory(before)
+		checkBooks(t, s, "before the purge")
+
+		if n := s.PurgeDedup(t, "0s"); n == 0 {
+			t.Fatal("the purge removed no dedup record")
+		}
+		if err := s.Deps.Redis.Client.FlushDB(context.Background()).Err(); err != nil {
+			t.Fatalf("empty Redis: %v", err)
+		}
+		h.redeliver(5)
+		h.runJobs()
+		h.waitChannelQuiet()
+		h.runJobs()
+
+		after, channelAfter := moneyState(t, s), channelState(s)
+		for _, k := range slices.Sorted(maps.Keys(after)) {
+			if before[k] != after[k] {
+				t.Errorf("after the purge and the redeliveries, %s = %q, was %q", k, after[k], before[k])
+			}
+		}
+		for k := range before {
+			if _, ok := after[k]; !ok {
+				t.Errorf("after the purge and the redeliveries, %s is gone, was %q", k, before[k])
+			}
+		}
+		if channelAfter != channelBefore {
+			t.Errorf("at the channel: %s, was %s", channelAfter, channelBefore)
+		}
+		checkBooks(t, s, "after the purge and the redeliveries")
+	})
 }
 
 // sent is one report as it was sent the first time, and its first answer.

@@ -17,15 +17,6 @@ import (
 	"github.com/oncepay/oncepay/internal/testsupport/testenv"
 )
 
-// dialects runs f on SQLite and on MySQL (which CI requires).
-func dialects(t *testing.T, f func(t *testing.T, db *gorm.DB)) {
-	t.Run("sqlite", func(t *testing.T) { f(t, testenv.SQLite(t)) })
-	t.Run("mysql", func(t *testing.T) {
-		testenv.RequireMySQL(t)
-		f(t, testenv.DB(t))
-	})
-}
-
 // history writes a small history and its books: trade T1 paid an order (1000), refund RF1
 // took 400 of it back (posted), trade T2 credited user 7's recharge (300), and refund RF2 of
 // 100 of T1 is still with the channel (pending).
@@ -66,7 +57,7 @@ func history(t *testing.T, db *gorm.DB, books *ledger.Books, gen *ids.Generator)
 // TestCheckFindsEveryBrokenRule builds a history whose books hold, checks that Check finds
 // nothing, then breaks each rule in a transaction of its own and requires Check to name it.
 func TestCheckFindsEveryBrokenRule(t *testing.T) {
-	dialects(t, func(t *testing.T, db *gorm.DB) {
+	testenv.OnBothDialects(t, func(t *testing.T, db *gorm.DB) {
 		ctx := context.Background()
 		gen := newIDs(t)
 		history(t, db, ledger.New(gen), gen)
@@ -132,7 +123,7 @@ func (*rollback) Error() string { return "rollback" }
 // refund ended the other way after it was posted, fails on the transfer's key — whatever the
 // layers above let through.
 func TestTransferIDsAreFences(t *testing.T) {
-	dialects(t, func(t *testing.T, db *gorm.DB) {
+	testenv.OnBothDialects(t, func(t *testing.T, db *gorm.DB) {
 		gen := newIDs(t)
 		books := ledger.New(gen)
 		history(t, db, books, gen)
@@ -157,7 +148,7 @@ func TestTransferIDsAreFences(t *testing.T) {
 // TestBalances: posted and pending balances are the postings' sums; the channel's account is
 // minus what the channel holds for oncepay.
 func TestBalances(t *testing.T) {
-	dialects(t, func(t *testing.T, db *gorm.DB) {
+	testenv.OnBothDialects(t, func(t *testing.T, db *gorm.DB) {
 		gen := newIDs(t)
 		history(t, db, ledger.New(gen), gen)
 		for _, want := range []ledger.Balance{

@@ -47,6 +47,18 @@ func RequireMySQL(tb testing.TB) {
 	tb.Skipf("needs a real MySQL: set %s", EnvMySQLDSN)
 }
 
+// OnBothDialects runs f twice, as the subtests "sqlite", on a fresh embedded SQLite database,
+// and "mysql", on a fresh MySQL one (which RequireMySQL demands): for the tests that must hold
+// on both dialects in one run.
+func OnBothDialects(t *testing.T, f func(t *testing.T, db *gorm.DB)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) { f(t, SQLite(t)) })
+	t.Run("mysql", func(t *testing.T) {
+		RequireMySQL(t)
+		f(t, DB(t))
+	})
+}
+
 // SQLite returns a fresh, migrated embedded SQLite database, whatever the environment: for the
 // tests that must hold on both dialects in one run (the money paths), beside DB.
 func SQLite(tb testing.TB) *gorm.DB {
