@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -266,25 +268,36 @@ func (b *Bills) compareRefunds(ctx context.Context, billed []channel.Refund, fro
 // reconcile_ledger_unbilled_refund).
 func (b *Bills) compareBooks(ctx context.Context, bill channel.Bill, from, to time.Time, rep *BillReport) error {
 	db := b.db.WithContext(ctx)
-	moved := func(ids ...string) (ledger.Transfer, bool, error) {
-		var ts []ledger.Transfer
-		if err := db.Where("id IN ? AND kind IN ?", ids, []string{ledger.Capture, ledger.Post, ledger.Late}).Find(&ts).Error; err != nil || len(ts) == 0 {
-			return ledger.Transfer{}, false, err
-		}
-		return ts[0], true, nil
-	}
+	moving := []string{ledger.Capture, ledger.Post, ledger.Late}
 	billed := map[string]bool{}
+	for _, t := range bill.Trades {
+		if t.Status == channel.TradeSuccess {
+			billed[ledger.TradeID(b.channel, t.TradeNo)] = true
+		}
+	}
+	for _, r := range bill.Refunds {
+		if r.Status == channel.RefundSuccess {
+			id := ledger.RefundID(b.channel, r.OutRefundNo)
+			billed[id+":end"], billed[id+":late"] = true, true
+		}
+	}
+	// The transfers the bill names, read a thousand ids at a time rather than one per line.
+	moved := map[string]ledger.Transfer{}
+	named := slices.Collect(maps.Keys(billed))
+	for chunk := range slices.Chunk(named, 1000) {
+		var ts []ledger.Transfer
+		if err := db.Where("id IN ? AND kind IN ?", chunk, moving).Find(&ts).Error; err != nil {
+			return err
+		}
+		for _, t := range ts {
+			moved[t.ID] = t
+		}
+	}
 	for _, t := range bill.Trades {
 		if t.Status != channel.TradeSuccess {
 			continue
 		}
-		id := ledger.TradeID(b.channel, t.TradeNo)
-		billed[id] = true
-		tr, ok, err := moved(id)
-		if err != nil {
-			return err
-		}
-		if !ok || tr.Amount != t.Amount {
+		if tr, ok := moved[ledger.TradeID(b.channel, t.TradeNo)]; !ok || tr.Amount != t.Amount {
 			rep.add("reconcile_ledger_trade", b.channel, t.TradeNo, t.OutTradeNo, t.Amount, tr.Amount, "the books have no capture of this billed trade, or another amount")
 		}
 	}
@@ -293,18 +306,16 @@ func (b *Bills) compareBooks(ctx context.Context, bill channel.Bill, from, to ti
 			continue
 		}
 		id := ledger.RefundID(b.channel, r.OutRefundNo)
-		billed[id+":end"], billed[id+":late"] = true, true
-		tr, ok, err := moved(id+":end", id+":late")
-		if err != nil {
-			return err
+		tr, ok := moved[id+":end"]
+		if !ok {
+			tr, ok = moved[id+":late"]
 		}
 		if !ok || tr.Amount != r.Amount {
 			rep.add("reconcile_ledger_refund", b.channel, r.RefundNo, r.OutTradeNo, r.Amount, tr.Amount, "the books have not posted this billed refund "+r.OutRefundNo+", or another amount")
 		}
 	}
 	var day []ledger.Transfer
-	err := db.Where("channel = ? AND kind IN ? AND created_at >= ? AND created_at < ?", b.channel,
-		[]string{ledger.Capture, ledger.Post, ledger.Late}, from, to).Find(&day).Error
+	err := db.Where("channel = ? AND kind IN ? AND created_at >= ? AND created_at < ?", b.channel, moving, from, to).Find(&day).Error
 	if err != nil {
 		return err
 	}

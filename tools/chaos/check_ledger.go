@@ -2,8 +2,6 @@ package chaos
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 
 	gormmysql "gorm.io/driver/mysql"
@@ -54,14 +52,28 @@ func (c *checker) checkLedger(ctx context.Context) error {
 func (c *checker) ledgerMatchesChannel(ctx context.Context, db *gorm.DB) ([]string, int, error) {
 	var vs []string
 	name := c.state.Channel
-	amountOf := func(id string) (int64, string, error) {
-		var kind string
-		var amount int64
-		err := c.db.QueryRowContext(ctx, `SELECT kind, amount FROM ledger_transfers WHERE id = ?`, id).Scan(&kind, &amount)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, "", nil
+	// The channel's transfers, read once: the run's books fit in memory.
+	type moved struct {
+		kind   string
+		amount int64
+	}
+	transfers := map[string]moved{}
+	rows, err := c.db.QueryContext(ctx, `SELECT id, kind, amount FROM ledger_transfers WHERE channel = ?`, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	for rows.Next() {
+		var id string
+		var m moved
+		if err := rows.Scan(&id, &m.kind, &m.amount); err != nil {
+			rows.Close()
+			return nil, 0, err
 		}
-		return amount, kind, err
+		transfers[id] = m
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
 	}
 	var net, checked int64
 	for _, t := range c.state.Trades {
@@ -70,11 +82,7 @@ func (c *checker) ledgerMatchesChannel(ctx context.Context, db *gorm.DB) ([]stri
 		}
 		checked++
 		net += t.Amount
-		got, _, err := amountOf(ledger.TradeID(name, t.TradeNo))
-		if err != nil {
-			return nil, 0, err
-		}
-		if got != t.Amount {
+		if got := transfers[ledger.TradeID(name, t.TradeNo)].amount; got != t.Amount {
 			vs = append(vs, fmt.Sprintf("the channel took trade %s (out_trade_no %s) for %d; the books captured %d", t.TradeNo, t.OutTradeNo, t.Amount, got))
 		}
 	}
@@ -85,18 +93,12 @@ func (c *checker) ledgerMatchesChannel(ctx context.Context, db *gorm.DB) ([]stri
 		checked++
 		net -= r.Amount
 		id := ledger.RefundID(name, r.OutRefundNo)
-		got, kind, err := amountOf(id + ":end")
-		if err != nil {
-			return nil, 0, err
+		m := transfers[id+":end"]
+		if m.kind != ledger.Post {
+			m = transfers[id+":late"]
 		}
-		if kind != ledger.Post {
-			got, kind, err = amountOf(id + ":late")
-			if err != nil {
-				return nil, 0, err
-			}
-		}
-		if got != r.Amount || (kind != ledger.Post && kind != ledger.Late) {
-			vs = append(vs, fmt.Sprintf("the channel refunded %s (%s) %d; the books posted %d (%q)", r.OutRefundNo, r.RefundNo, r.Amount, got, kind))
+		if m.amount != r.Amount || (m.kind != ledger.Post && m.kind != ledger.Late) {
+			vs = append(vs, fmt.Sprintf("the channel refunded %s (%s) %d; the books posted %d (%q)", r.OutRefundNo, r.RefundNo, r.Amount, m.amount, m.kind))
 		}
 	}
 	b, err := ledger.BalanceOf(ctx, db, ledger.ChannelAccount(name))
