@@ -271,10 +271,10 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	}()
 
 	// Layer 1, token (I7): a tok_ key must be a live token of this scope.
-	if isToken(req.Key.BizKey) && g.rdb == nil {
-		return Result{Outcome: Unavailable, Layer: layerToken}, &Error{Code: ErrUnavailable.Code, Detail: "one-time tokens live in Redis, and this service runs its idempotency on the database alone"}
-	}
 	if isToken(req.Key.BizKey) {
+		if g.rdb == nil {
+			return Result{Outcome: Unavailable, Layer: layerToken}, &Error{Code: ErrUnavailable.Code, Detail: "one-time tokens live in Redis, and this service runs its idempotency on the database alone"}
+		}
 		res, err, done := g.checkToken(ctx, req)
 		if done {
 			return res, err
