@@ -158,66 +158,51 @@ func code(w *httptest.ResponseRecorder) string {
 }
 
 func checkStorm(t *testing.T, s suite) {
-	h := s.handler(s.Redis, s.Config, func() { time.Sleep(20 * time.Millisecond) })
-	key := s.prefix + "storm"
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		outcomes = map[string]int{}
-	)
-	for range 50 {
-		wg.Go(func() {
-			w := post(h, key, "storm")
-			mu.Lock()
-			outcomes[fmt.Sprint(w.Code, " ", w.Header().Get(httpkey.HeaderOutcome))]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if n := s.count(t, key); n != 1 {
-		t.Errorf("50 copies of one key made %d effects, want 1 (answers %v)", n, outcomes)
-	}
-	for answer, n := range outcomes {
-		switch answer {
-		case "201 executed", "201 replayed", "409 in_progress":
-		default:
-			t.Errorf("%d copies answered %s; want 201 executed once, then 201 replayed or 409 in_progress", n, answer)
-		}
-	}
-	if outcomes["201 executed"] != 1 {
-		t.Errorf("%d copies executed, want 1 (answers %v)", outcomes["201 executed"], outcomes)
-	}
+	storm(t, s, s.handler(s.Redis, s.Config, func() { time.Sleep(20 * time.Millisecond) }), s.prefix+"storm", 50, "")
 }
 
 func checkStormRedisDown(t *testing.T, s suite) {
-	h := s.handler(Unreachable(t), s.Config, func() { time.Sleep(20 * time.Millisecond) })
-	key := s.prefix + "storm-down"
+	storm(t, s, s.handler(Unreachable(t), s.Config, func() { time.Sleep(20 * time.Millisecond) }), s.prefix+"storm-down", 20, " with Redis down")
+}
+
+// storm sends n copies of one request to h at once and checks the business effect — one —
+// and the answers: 201 executed once, then 201 replayed or 409 in_progress. With Redis down
+// (down is not empty) every answer must also say Idempotency-Degraded.
+func storm(t *testing.T, s suite, h http.Handler, key string, n int, down string) {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		outcomes = map[string]int{}
 	)
-	for range 20 {
+	suffix := ""
+	if down != "" {
+		suffix = " degraded:true"
+	}
+	for range n {
 		wg.Go(func() {
 			w := post(h, key, "storm")
+			answer := fmt.Sprint(w.Code, " ", w.Header().Get(httpkey.HeaderOutcome))
+			if down != "" {
+				answer += fmt.Sprint(" degraded:", w.Header().Get(httpkey.HeaderDegraded) != "")
+			}
 			mu.Lock()
-			outcomes[fmt.Sprint(w.Code, " ", w.Header().Get(httpkey.HeaderOutcome), " degraded:", w.Header().Get(httpkey.HeaderDegraded) != "")]++
+			outcomes[answer]++
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	if n := s.count(t, key); n != 1 {
-		t.Errorf("20 copies of one key with Redis down made %d effects, want 1 (answers %v)", n, outcomes)
+	if got := s.count(t, key); got != 1 {
+		t.Errorf("%d copies of one key%s made %d effects, want 1 (answers %v)", n, down, got, outcomes)
 	}
-	for answer, n := range outcomes {
+	for answer, k := range outcomes {
 		switch answer {
-		case "201 executed degraded:true", "201 replayed degraded:true", "409 in_progress degraded:true":
+		case "201 executed" + suffix, "201 replayed" + suffix, "409 in_progress" + suffix:
 		default:
-			t.Errorf("%d copies answered %s; want 201 executed once, then 201 replayed or 409 in_progress, each degraded", n, answer)
+			t.Errorf("%d copies answered %s; want 201 executed once, then 201 replayed or 409 in_progress%s", k, answer, suffix)
 		}
 	}
-	if outcomes["201 executed degraded:true"] != 1 {
-		t.Errorf("%d copies executed, want 1 (answers %v)", outcomes["201 executed degraded:true"], outcomes)
+	if outcomes["201 executed"+suffix] != 1 {
+		t.Errorf("%d copies executed, want 1 (answers %v)", outcomes["201 executed"+suffix], outcomes)
 	}
 }
 
