@@ -215,7 +215,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	// webhooks and the events API, each in the transaction of its change (I17).
 	events := outbox.NewWriter(a.IDs)
 	a.recharges = account.NewRecharges(a.DB, a.IDs, account.NewLedger(a.DB, a.IDs), a.anomalies, events)
-	a.orders = order.NewService(a.DB, a.IDs, inventory.NewMovements(a.IDs), events, cfg.OrderTTL)
+	a.orders = order.NewService(a.DB, a.IDs, events, cfg.OrderTTL)
 	a.payments = payment.NewService(a.IDs, a.orders, a.anomalies)
 
 	// The one inbound port for channel reports — trades, recharges, refunds; over HTTP, over

@@ -344,7 +344,7 @@ func wantPaidOnceEach(t *testing.T, s *apptest.Server, orders []order.View, befo
 		if n := s.Count(t, "payments", "order_id = ?", got.ID); n != 1 {
 			t.Errorf("order %s: %d payment rows, want 1", o.OrderID, n)
 		}
-		if n := s.Count(t, "inventory_movements", "order_id = ? AND kind = ?", got.ID, inventory.Confirm); n != 1 {
+		if n := s.Count(t, "inventory_movements", "order_id = ? AND kind = ?", got.ID, order.Confirm); n != 1 {
 			t.Errorf("order %s: %d CONFIRM movements, want 1", o.OrderID, n)
 		}
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/anomaly"
 	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -144,8 +143,7 @@ func orderService(t *testing.T, s *apptest.Server) *order.Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stock := inventory.NewMovements(gen)
-	return order.NewService(s.DB, gen, stock, outbox.NewWriter(gen), s.Config.OrderTTL)
+	return order.NewService(s.DB, gen, outbox.NewWriter(gen), s.Config.OrderTTL)
 }
 
 // raceOrder is one order of the race and what the test did to it.

@@ -366,7 +366,7 @@ func TestCancelPaid(t *testing.T) {
 	if after := s.Inventory(t, keyboard.SKU); after != withTime(paid, after) {
 		t.Errorf("stock %+v, want %+v", after, paid)
 	}
-	if n := s.Count(t, "inventory_movements", "kind = ?", inventory.Release); n != 0 {
+	if n := s.Count(t, "inventory_movements", "kind = ?", order.Release); n != 0 {
 		t.Errorf("RELEASE movements: %d, want 0", n)
 	}
 }

@@ -13,9 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"gorm.io/gorm"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/httpkey"
+	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -24,6 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/platform/kafka"
+	"github.com/oncepay/oncepay/internal/platform/web"
 )
 
 // Limits of an order request (docs/contract.md).
@@ -42,14 +46,14 @@ type Service struct {
 	db     *gorm.DB
 	ids    *ids.Generator
 	orders Store
-	stock  *inventory.Movements
+	stock  stock
 	events *outbox.Writer
 	ttl    time.Duration
 }
 
 // NewService returns the order service. Unpaid orders expire after ttl.
-func NewService(db *gorm.DB, gen *ids.Generator, stock *inventory.Movements, events *outbox.Writer, ttl time.Duration) *Service {
-	return &Service{db: db, ids: gen, orders: Store{localLocks: !certifiedLocks(db)}, stock: stock, events: events, ttl: ttl}
+func NewService(db *gorm.DB, gen *ids.Generator, events *outbox.Writer, ttl time.Duration) *Service {
+	return &Service{db: db, ids: gen, orders: Store{localLocks: !certifiedLocks(db)}, stock: stock{ids: gen}, events: events, ttl: ttl}
 }
 
 // certifiedLocks reports whether db is a MariaDB Galera node, whose row locks must be writes
@@ -71,9 +75,6 @@ func certifiedLocks(db *gorm.DB) bool {
 	galera, err := database.IsGalera(ctx, sqlDB)
 	return err != nil || galera
 }
-
-// Line is one requested SKU and quantity.
-type Line = inventory.Line
 
 // Validate checks an order request against the contract's limits: 1..50 lines, each SKU
 // once and matching [A-Za-z0-9._-]{1,64}, quantities 1..1000. Its errors are invalid_request
@@ -121,13 +122,13 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines [
 		return Order{}, err
 	}
 	b := database.Hold(tx)
-	b.Insert(ctx, &o, &o.Items, msg, ev, s.stock.Rows(inventory.Reserve, o.ID, lines))
+	b.Insert(ctx, &o, &o.Items, msg, ev, s.stock.rows(Reserve, o.ID, lines))
 	if record != nil {
 		if err := record(o); err != nil {
 			return Order{}, err
 		}
 	}
-	s.stock.Move(ctx, b, inventory.Reserve, lines)
+	s.stock.move(ctx, b, Reserve, lines)
 	return o, b.Send(ctx)
 }
 
@@ -146,7 +147,7 @@ func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines [
 	// The order's times come from the database's clock, read with the prices, as the close
 	// job's "now" does, so that an order expires the TTL after it was placed whatever the
 	// clock of the instance that placed it says (docs/chaos.md, "Clock skew").
-	prices, now, err := s.stock.Prices(ctx, tx, lines)
+	prices, now, err := s.stock.prices(ctx, tx, lines)
 	if err != nil {
 		return Order{}, err
 	}
@@ -172,7 +173,7 @@ func (s *Service) insertNew(ctx context.Context, tx *gorm.DB, o Order, lines []L
 	if err != nil {
 		return err
 	}
-	return database.Insert(ctx, tx, &o, &o.Items, msg, ev, s.stock.Rows(inventory.Reserve, o.ID, lines))
+	return database.Insert(ctx, tx, &o, &o.Items, msg, ev, s.stock.rows(Reserve, o.ID, lines))
 }
 
 // Get returns order id if it belongs to userID; another user's order is ErrNotFound.
@@ -211,14 +212,14 @@ func (s *Service) Cancel(ctx context.Context, tx *gorm.DB, userID, id int64, rec
 		return Order{}, err
 	}
 	b := database.Hold(tx)
-	b.Insert(ctx, msg, ev, s.stock.Rows(inventory.Release, o.ID, lines(o)))
+	b.Insert(ctx, msg, ev, s.stock.rows(Release, o.ID, lines(o)))
 	if record != nil {
 		if err := record(o); err != nil {
 			return Order{}, err
 		}
 	}
 	s.orders.TransitionIn(ctx, b, o.ID, Cancelled, map[string]any{"updated_at": o.UpdatedAt})
-	s.stock.Move(ctx, b, inventory.Release, lines(o))
+	s.stock.move(ctx, b, Release, lines(o))
 	if err := b.Send(ctx); database.IsDuplicateKey(err) {
 		// A close of the order committed first: its stock releases hold the movements'
 		// unique key. Run again, and find the order closed.
@@ -284,7 +285,7 @@ func (s *Service) endAt(ctx context.Context, tx *gorm.DB, o Order, to Status, ev
 	if err := s.emit(ctx, tx, o, event); err != nil {
 		return false, err
 	}
-	return true, s.stock.Apply(ctx, tx, inventory.Release, o.ID, lines(o))
+	return true, s.stock.apply(ctx, tx, Release, o.ID, lines(o))
 }
 
 // Pay moves order id from PENDING_PAYMENT to PAID for the channel's trade, confirms its
@@ -319,7 +320,7 @@ func (s *Service) PayRows(ctx context.Context, b *database.Batch, o Order, chann
 	if err != nil {
 		return Order{}, err
 	}
-	b.Insert(ctx, msg, ev, s.stock.Rows(inventory.Confirm, o.ID, lines(o)))
+	b.Insert(ctx, msg, ev, s.stock.rows(Confirm, o.ID, lines(o)))
 	return o, nil
 }
 
@@ -330,7 +331,7 @@ func (s *Service) PayUpdates(ctx context.Context, b *database.Batch, paid Order)
 	s.orders.TransitionIn(ctx, b, paid.ID, Paid, map[string]any{
 		"channel": *paid.Channel, "trade_no": *paid.TradeNo, "paid_at": *paid.PaidAt, "updated_at": paid.UpdatedAt,
 	})
-	s.stock.Move(ctx, b, inventory.Confirm, lines(paid))
+	s.stock.move(ctx, b, Confirm, lines(paid))
 }
 
 // LockPayable returns userID's order id with its row locked in tx, provided it can still be
@@ -669,7 +670,7 @@ func (s *Service) Refund(ctx context.Context, tx *gorm.DB, id int64) (bool, erro
 	if err := s.emit(ctx, tx, o, "order.refunded"); err != nil {
 		return false, err
 	}
-	return true, s.stock.Apply(ctx, tx, inventory.Return, o.ID, lines(o))
+	return true, s.stock.apply(ctx, tx, Return, o.ID, lines(o))
 }
 
 // The order's JSON view, answered by the HTTP handler and carried by events.
@@ -718,4 +719,293 @@ func ViewOf(o Order) View {
 		}
 	}
 	return v
+}
+
+// Kinds of stock movement; each happens at most once per order and SKU.
+const (
+	// Reserve: available → reserved, when an order is created.
+	Reserve = "RESERVE"
+	// Confirm: reserved → sold, when the order is paid.
+	Confirm = "CONFIRM"
+	// Release: reserved → available, when the order is cancelled or closed.
+	Release = "RELEASE"
+	// Return: sold → available, when a paid order is refunded in full.
+	Return = "RETURN"
+)
+
+// Line is one requested SKU and quantity.
+type Line struct {
+	SKU      string
+	Quantity int64
+}
+
+// Movement is a row of inventory_movements. Its unique (order_id, sku, kind) is the
+// backstop against a stock movement applied twice for one order, whichever path repeated it
+// (I1: the triple delivery deducted stock three times).
+type Movement struct {
+	ID        int64
+	OrderID   int64
+	SKU       string `gorm:"column:sku"`
+	Kind      string
+	Quantity  int64
+	CreatedAt time.Time
+}
+
+// TableName is the table of Movement.
+func (Movement) TableName() string { return "inventory_movements" }
+
+// stock applies an order's stock movements. Every method runs in the caller's transaction,
+// next to the order change it belongs to.
+type stock struct {
+	ids *ids.Generator
+}
+
+// updates are the conditional UPDATE of each kind: the WHERE clause is the precondition, so
+// stock can never go negative however many buyers race (rows changed decide). Each ? is the
+// quantity.
+var updates = map[string]struct{ set, guard string }{
+	Reserve: {"available = available - ?, reserved = reserved + ?", "available >= ?"},
+	Confirm: {"reserved = reserved - ?, sold = sold + ?", "reserved >= ?"},
+	Release: {"reserved = reserved - ?, available = available + ?", "reserved >= ?"},
+	Return:  {"sold = sold - ?, available = available + ?", "sold >= ?"},
+}
+
+// prices returns the current price of each SKU in lines and the database's clock (see
+// database.Now), read in one plain query that locks nothing — a write that needs both pays
+// one round trip — or inventory.ErrUnknownSKU naming the first SKU that is not in the catalog.
+func (m stock) prices(ctx context.Context, tx *gorm.DB, lines []Line) (map[string]int64, time.Time, error) {
+	skus := make([]string, len(lines))
+	for i, l := range lines {
+		skus[i] = l.SKU
+	}
+	var items []struct {
+		SKU   string `gorm:"column:sku"`
+		Price int64
+		Now   database.Clock
+	}
+	err := tx.WithContext(ctx).Model(&inventory.Item{}).Select("sku, price, "+database.NowSQL(tx)+" AS now").
+		Where("sku IN ?", skus).Find(&items).Error
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	prices := make(map[string]int64, len(items))
+	for _, it := range items {
+		prices[it.SKU] = it.Price
+	}
+	for _, s := range skus {
+		if _, ok := prices[s]; !ok {
+			return nil, time.Time{}, inventory.ErrUnknownSKU.Withf("no such SKU %q", s)
+		}
+	}
+	return prices, items[0].Now.Time, nil
+}
+
+// apply moves stock of kind for every line of orderID, in tx. The movement rows go first, in
+// one statement: their unique (order_id, sku, kind) turns a repeated movement into a no-op
+// (I1). The stock rows — the contended ones — are updated last, in SKU order, so that two
+// orders touching the same SKUs lock them in the same order and cannot deadlock, and each
+// is held for as few round trips as possible. A reservation larger than what is available is
+// ErrOutOfStock; the caller's transaction must then roll back.
+func (m stock) apply(ctx context.Context, tx *gorm.DB, kind string, orderID int64, lines []Line) error {
+	if _, ok := updates[kind]; !ok {
+		return fmt.Errorf("unknown movement kind %q", kind)
+	}
+	sorted := slices.Clone(lines)
+	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
+	fresh, err := m.record(tx.WithContext(ctx), kind, orderID, sorted)
+	if err != nil {
+		return err
+	}
+	b := database.Hold(tx)
+	m.move(ctx, b, kind, fresh)
+	return b.Send(ctx)
+}
+
+// rows returns the movement rows of kind for lines of orderID, for a caller that inserts them
+// with its other new rows (see database.Insert) and then calls move.
+func (m stock) rows(kind string, orderID int64, lines []Line) []Movement {
+	now := clock.Now()
+	rows := make([]Movement, len(lines))
+	for i, l := range lines {
+		rows[i] = Movement{ID: m.ids.Next(), OrderID: orderID, SKU: l.SKU, Kind: kind, Quantity: l.Quantity, CreatedAt: now}
+	}
+	return rows
+}
+
+// move adds to b the conditional stock UPDATEs of kind for lines — the contended rows — in
+// SKU order, so that two orders touching the same SKUs lock them in the same order and cannot
+// deadlock. Their movement rows must be in the transaction already, or earlier in b. When b
+// is sent, a reservation larger than what is available is inventory.ErrOutOfStock.
+func (m stock) move(ctx context.Context, b *database.Batch, kind string, lines []Line) {
+	u := updates[kind]
+	sorted := slices.Clone(lines)
+	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
+	now := clock.Now()
+	for _, l := range sorted {
+		refusal := fmt.Errorf("inventory %s of %d %s: precondition failed", kind, l.Quantity, l.SKU)
+		if kind == Reserve {
+			refusal = inventory.ErrOutOfStock.Withf("not enough %s in stock for %d", l.SKU, l.Quantity)
+		}
+		b.Update(ctx, refusal,
+			"UPDATE inventory SET "+u.set+", version = version + 1, updated_at = ? WHERE sku = ? AND "+u.guard,
+			l.Quantity, l.Quantity, now, l.SKU, l.Quantity)
+	}
+}
+
+// record inserts the movement rows of lines, skipping those that already happened, and
+// returns the lines whose movement is new. One statement in the common case; a unique-key
+// violation (a repeated movement) falls back to one row at a time.
+func (m stock) record(tx *gorm.DB, kind string, orderID int64, lines []Line) ([]Line, error) {
+	rows := m.rows(kind, orderID, lines)
+	err := tx.Create(&rows).Error
+	if err == nil || !database.IsDuplicateKey(err) {
+		return lines, err
+	}
+	var fresh []Line
+	for i := range rows {
+		err := tx.Create(&rows[i]).Error
+		switch {
+		case database.IsDuplicateKey(err):
+			continue // this movement already happened
+		case err != nil:
+			return nil, err
+		}
+		fresh = append(fresh, lines[i])
+	}
+	return fresh, nil
+}
+
+// Handler serves the order routes.
+type Handler struct {
+	orders *Service
+	idem   httpkey.Handler
+	trades TradeGate
+}
+
+// TradeGate is what a cancel asks of the payment channel (payment.Trades implements it): the
+// order's channel trade must be unpayable before the order is cancelled, or the buyer could
+// pay a cancelled order whose notifications may all be lost (I9).
+type TradeGate interface {
+	// BeforeCancel runs before the cancel's transaction, under the cancel's key, since it
+	// calls the channel: it closes userID's order id's trade there, or applies its payment
+	// when the buyer already paid (the cancel then finds the order PAID).
+	BeforeCancel(ctx context.Context, userID, id int64) error
+	// CheckCancel runs in the cancel's transaction, the order row locked: it refuses the
+	// cancel when a trade was opened since BeforeCancel.
+	CheckCancel(ctx context.Context, tx *gorm.DB, id int64) error
+}
+
+// NewHandler returns the order HTTP handler; idem makes its writes exactly-once and trades
+// closes an order's channel trade before a cancel.
+func NewHandler(orders *Service, idem httpkey.Handler, trades TradeGate) *Handler {
+	return &Handler{orders: orders, idem: idem, trades: trades}
+}
+
+// Routes serves the order routes, mounted at /v1/orders behind user authentication. Create
+// and cancel are forced-idempotent, marked so (idem.KeyRequired: an Idempotency-Key is
+// required; a one-time tok_ key answers the double click, I7); get is naturally idempotent.
+func (h *Handler) Routes() chi.Router {
+	r := chi.NewRouter()
+	r.Method(http.MethodPost, "/", idem.KeyRequired(h.idem, h.create))
+	r.Get("/{order_id}", h.get)
+	r.Method(http.MethodPost, "/{order_id}/cancel", idem.KeyRequired(h.idem, h.cancel))
+	return r
+}
+
+type createRequest struct {
+	Items []struct {
+		SKU      string `json:"sku"`
+		Quantity int64  `json:"quantity"`
+	} `json:"items"`
+}
+
+// create is POST /v1/orders, top to bottom: the key (read by the route's mark), the body
+// decoded and validated (a bad one stores nothing), then one transaction through the guard —
+// Service.Create: the order's new rows, the dedup record, the stock reserved last — and the
+// answer written after the commit. Not enough stock rolls the order back and answers
+// out_of_stock, stored.
+func (h *Handler) create(w http.ResponseWriter, r *http.Request, key idempotent.Key) {
+	body, err := web.ReadBody(r)
+	if err != nil {
+		h.idem.Reject(w, r, err)
+		return
+	}
+	lines, err := decodeCreate(body)
+	if err != nil {
+		h.idem.Reject(w, r, err)
+		return
+	}
+	userID, _ := web.UserID(r.Context())
+	_, _ = h.idem.Do(w, r, key, body, func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
+		_, err := h.orders.Create(ctx, tx, userID, lines, func(o Order) error {
+			return record(idem.JSON(http.StatusCreated, ViewOf(o), "Location", "/v1/orders/"+ids.Format(o.ID)))
+		})
+		return err
+	})
+}
+
+// decodeCreate decodes and validates the body of POST /v1/orders.
+func decodeCreate(body []byte) ([]Line, error) {
+	var req createRequest
+	if err := web.DecodeBytes(body, &req); err != nil {
+		return nil, err
+	}
+	lines := make([]Line, len(req.Items))
+	for i, it := range req.Items {
+		lines[i] = Line{SKU: it.SKU, Quantity: it.Quantity}
+	}
+	return lines, Validate(lines)
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
+	id, ok := ids.Parse(chi.URLParam(r, "order_id"))
+	if !ok {
+		web.WriteError(w, r, ErrNotFound)
+		return
+	}
+	userID, _ := web.UserID(r.Context())
+	o, err := h.orders.Get(r.Context(), userID, id)
+	if err != nil {
+		web.WriteError(w, r, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, ViewOf(o))
+}
+
+// cancel is POST /v1/orders/{id}/cancel, top to bottom: the key (read by the route's mark),
+// then the guard — which claims the key before anything else happens (I12) — runs its two
+// phases. Before, under the key's lease and outside any transaction, the order's channel trade
+// is made unpayable (TradeGate.BeforeCancel: closed at the channel, or its payment applied);
+// then the guard's transaction makes the conditional transition and checks that no trade was
+// opened meanwhile. A refused cancel (400, 409 in flight, 422 reused) touches nothing, at the
+// channel neither, and a replay answers from the stored outcome. An order that moved on (paid,
+// say) answers 409 illegal_state, stored and replayed; a channel that did not answer is a 503
+// that stores nothing, so the retry with the same key asks it again.
+func (h *Handler) cancel(w http.ResponseWriter, r *http.Request, key idempotent.Key) {
+	body, err := web.ReadBody(r)
+	if err == nil && len(body) > 0 {
+		err = web.DecodeBytes(body, &struct{}{}) // a cancel carries nothing: empty, or {}
+	}
+	if err != nil {
+		h.idem.Reject(w, r, err)
+		return
+	}
+	userID, _ := web.UserID(r.Context())
+	id, ok := ids.Parse(chi.URLParam(r, "order_id"))
+	req := h.idem.Request(r, key, body)
+	req.Before = func(ctx context.Context) error {
+		if !ok {
+			return ErrNotFound
+		}
+		return h.trades.BeforeCancel(ctx, userID, id)
+	}
+	_, _ = h.idem.Run(w, r, req, func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
+		_, err := h.orders.Cancel(ctx, tx, userID, id, func(o Order) error {
+			return record(idem.JSON(http.StatusOK, ViewOf(o)))
+		})
+		if err != nil {
+			return err
+		}
+		return h.trades.CheckCancel(ctx, tx, id)
+	})
 }

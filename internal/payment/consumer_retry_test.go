@@ -199,7 +199,7 @@ func wantAppliedOnce(t *testing.T, s *apptest.Server, o order.View, tradeNo stri
 func realPayments(s *apptest.Server) notify.Applier {
 	gen := s.App.IDs
 	anomalies := anomaly.NewRecorder(s.DB, gen)
-	orders := order.NewService(s.DB, gen, inventory.NewMovements(gen), outbox.NewWriter(gen), s.Config.OrderTTL)
+	orders := order.NewService(s.DB, gen, outbox.NewWriter(gen), s.Config.OrderTTL)
 	return payment.NewService(gen, orders, anomalies)
 }
 

@@ -152,7 +152,7 @@ func wantPaidOnce(t *testing.T, s *apptest.Server, o order.View, channel, tradeN
 	if n := s.Count(t, "payments", "order_id = ?", got.ID); n != 1 {
 		t.Errorf("payments rows for the order: %d, want 1", n)
 	}
-	if n := s.Count(t, "inventory_movements", "order_id = ? AND kind = ?", got.ID, inventory.Confirm); n != int64(len(o.Items)) {
+	if n := s.Count(t, "inventory_movements", "order_id = ? AND kind = ?", got.ID, order.Confirm); n != int64(len(o.Items)) {
 		t.Errorf("CONFIRM movements: %d, want one per line (%d)", n, len(o.Items))
 	}
 	if n := apptest.CountEvents(s.OutboxEvents(t, o.OrderID), "order.paid"); n != 1 {
