@@ -29,12 +29,13 @@ const (
 	docHook = "127.0.0.1:8089"
 )
 
-// TestWalkthrough runs docs/walkthrough.md as a reader would, twice, each time against a fresh
-// bin/oncepay with its embedded defaults (SQLite, miniredis, kfake, the channel simulator) on
-// free ports and a fresh data directory: every command of its console blocks in one bash, in
-// order, and each command's output compared with what the page shows under it (see
-// compareOutput for what "the same" means). The page waits where the product is asynchronous
-// with poll loops a reader runs too; the runner adds no sleep of its own.
+// TestWalkthrough runs docs/walkthrough.md, and the README's "Each defense, seen in action",
+// as a reader would, twice, each page each time against a fresh bin/oncepay with its embedded
+// defaults (SQLite, miniredis, kfake, the channel simulator) on free ports and a fresh data
+// directory: every command of its console blocks in one bash, in order, and each command's
+// output compared with what the page shows under it (see compareOutput for what "the same"
+// means). The pages wait where the product is asynchronous with poll loops a reader runs too;
+// the runner adds no sleep of its own.
 func TestWalkthrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs the walkthrough twice")
@@ -47,21 +48,30 @@ func TestWalkthrough(t *testing.T) {
 			t.Skipf("the walkthrough needs %s on PATH: %v", tool, err)
 		}
 	}
-	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "walkthrough.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps := parseSteps(string(page))
-	if len(steps) < 20 {
-		t.Fatalf("docs/walkthrough.md has %d console commands; the parser or the page is broken", len(steps))
+	pages := []struct {
+		path     string
+		minSteps int
+	}{{"README.md", 10}, {"docs/walkthrough.md", 60}}
+	steps := map[string][]step{}
+	for _, p := range pages {
+		text, err := os.ReadFile(filepath.Join("..", "..", p.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps[p.path] = parseSteps(string(text))
+		if n := len(steps[p.path]); n < p.minSteps {
+			t.Fatalf("%s has %d console commands, want at least %d: the parser or the page is broken", p.path, n, p.minSteps)
+		}
 	}
 	bin := buildBinary(t)
 	for run := 1; run <= 2; run++ {
-		t.Run(fmt.Sprintf("run%d", run), func(t *testing.T) {
-			start := time.Now()
-			runWalkthrough(t, bin, steps)
-			t.Logf("walkthrough run %d: %d commands in %v", run, len(steps), time.Since(start).Round(time.Millisecond))
-		})
+		for _, p := range pages {
+			t.Run(fmt.Sprintf("run%d/%s", run, filepath.Base(p.path)), func(t *testing.T) {
+				start := time.Now()
+				runWalkthrough(t, bin, p.path, steps[p.path])
+				t.Logf("%s, run %d: %d commands in %v", p.path, run, len(steps[p.path]), time.Since(start).Round(time.Millisecond))
+			})
+		}
 	}
 }
 
@@ -99,8 +109,8 @@ func parseSteps(page string) []step {
 	return steps
 }
 
-// runWalkthrough starts a fresh server and runs steps against it in one bash.
-func runWalkthrough(t *testing.T, bin string, steps []step) {
+// runWalkthrough starts a fresh server and runs the steps of page against it in one bash.
+func runWalkthrough(t *testing.T, bin, page string, steps []step) {
 	addrs := map[string]string{docBase: freePort(t), docSim: freePort(t), docHook: freePort(t)}
 	replace := func(s string) string {
 		for doc, real := range addrs {
@@ -136,17 +146,18 @@ func runWalkthrough(t *testing.T, bin string, steps []step) {
 	}
 	if dir := os.Getenv("ONCEPAY_WALKTHROUGH_OUT"); dir != "" {
 		// Where to keep this run's outputs, to refresh the page's from one real run.
-		_ = os.CopyFS(filepath.Join(dir, filepath.Base(t.Name())), os.DirFS(out))
-		_ = os.WriteFile(filepath.Join(dir, filepath.Base(t.Name()), "addrs"), []byte(fmt.Sprintf("%s %s %s", addrs[docBase], addrs[docSim], addrs[docHook])), 0o644)
+		dir = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
+		_ = os.CopyFS(dir, os.DirFS(out))
+		_ = os.WriteFile(filepath.Join(dir, "addrs"), []byte(fmt.Sprintf("%s %s %s", addrs[docBase], addrs[docSim], addrs[docHook])), 0o644)
 	}
 	for i, s := range steps {
 		rc, errRC := os.ReadFile(filepath.Join(out, fmt.Sprintf("%03d.rc", i)))
 		got, _ := os.ReadFile(filepath.Join(out, fmt.Sprintf("%03d.out", i)))
 		if errRC != nil {
-			t.Fatalf("docs/walkthrough.md:%d never finished (the run timed out):\n$ %s\n%s", s.line, s.command, got)
+			t.Fatalf("%s:%d never finished (the run timed out):\n$ %s\n%s", page, s.line, s.command, got)
 		}
 		if code := strings.TrimSpace(string(rc)); code != "0" {
-			t.Errorf("docs/walkthrough.md:%d exited %s:\n$ %s\n%s", s.line, code, s.command, got)
+			t.Errorf("%s:%d exited %s:\n$ %s\n%s", page, s.line, code, s.command, got)
 			continue
 		}
 		want := strings.Split(replace(strings.Join(s.expected, "\n")), "\n")
@@ -154,8 +165,8 @@ func runWalkthrough(t *testing.T, bin string, steps []step) {
 			want = nil
 		}
 		if diff := compareOutput(want, string(got)); diff != "" {
-			t.Errorf("docs/walkthrough.md:%d: %s\n$ %s\n--- the page shows\n%s\n--- the server answered\n%s",
-				s.line, diff, s.command, strings.Join(want, "\n"), got)
+			t.Errorf("%s:%d: %s\n$ %s\n--- the page shows\n%s\n--- the server answered\n%s",
+				page, s.line, diff, s.command, strings.Join(want, "\n"), got)
 		}
 	}
 }
