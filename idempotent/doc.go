@@ -57,7 +57,7 @@
 //     committing unguarded. A busy lease answers "in progress". The keys of one idempotency
 //     key share a Redis Cluster hash slot.
 //  4. Dedup record (I3). The finished record is inserted in the same local transaction as the
-//     business change, after the work (one INSERT; docs/dedup-placement.md has the figures
+//     business change, after the work (one INSERT; bench/results/dedup-placement.md has the figures
 //     that chose this over seed 000's insert-first). A duplicate-key error means another
 //     attempt got there: the whole transaction rolls back — a stale writer whose lease expired
 //     included (I10) — and the committed outcome is replayed.

@@ -218,7 +218,7 @@ type Request struct {
 // record itself: record(resp) writes the finished record with the answer to store, in tx,
 // where the work calls it — after its new, uncontended rows and before its contended writes
 // (stock, balances, a hot status row), so that a duplicate is refused before any hot row is
-// locked, and the hot rows stay locked for the fewest round trips (docs/dedup-placement.md).
+// locked, and the hot rows stay locked for the fewest round trips (bench/results/dedup-placement.md).
 //
 // A work that returns nil has called record exactly once. An error that record returns must
 // be returned (wrapped or not): a duplicate key means that another attempt got there, and the

@@ -31,7 +31,7 @@ type Lab struct {
 	RedsyncLock bool
 	// RecordFirst inserts the dedup record PROCESSING before the work and completes it after
 	// (seed 000) instead of inserting the finished record where the work calls record (seed
-	// 003, the default). docs/dedup-placement.md has the measurements that chose the default.
+	// 003, the default). bench/results/dedup-placement.md has the measurements that chose the default.
 	RecordFirst bool
 	// BeforeWork, when set, runs after the lock is taken and before the transaction begins;
 	// an error from it ends the attempt with nothing stored. oncepay uses it for
