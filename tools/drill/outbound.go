@@ -423,13 +423,13 @@ func (d *drill) lostNotification(ctx context.Context, rt routes) (out outcome, e
 		closing = d.c.fireHTTP(ctx, t0, "naive close (the channel is not asked)", call{method: http.MethodPost, path: rt.closeExpired(id),
 			bearer: d.cfg.AdminKey, requestID: d.requestID()}, nil)
 	} else {
-		release, err := d.awaitOthers(ctx)
+		wait, _, err := d.closeJob(ctx, t0)
 		if err != nil {
 			return out, err
 		}
-		closing = d.c.fireHTTP(ctx, t0, "close job", call{method: http.MethodPost, path: "/v1/admin/jobs/close-expired-orders/run",
-			bearer: d.cfg.AdminKey, requestID: d.requestID()}, &job)
-		release()
+		if closing, job.Closed, err = wait(); err != nil {
+			return out, err
+		}
 	}
 	out.copies = append(out.copies, closing)
 	if closing.Status != http.StatusOK {
