@@ -110,9 +110,10 @@ tools:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/oncepay ./tools/cmd/oncepay-lab ./tools/cmd/drill ./tools/cmd/chaos
 
 ## drill: start an embedded oncepay with the lab on (bin/oncepay-lab), run every incident drill,
-## write report.html. It builds only the two binaries it runs.
+## write report.html. It builds only the binaries it runs: I14 starts instances of bin/oncepay
+## on a private MariaDB primary and replica.
 drill:
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./tools/cmd/oncepay-lab ./tools/cmd/drill
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/oncepay ./tools/cmd/oncepay-lab ./tools/cmd/drill
 	./tools/drill.sh
 
 ## chaos: the full chaos run: a private MariaDB, Redis, Kafka, the channel simulator and three

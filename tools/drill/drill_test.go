@@ -34,6 +34,7 @@ func TestScheduleKeepsTheCloseJobAndSlowPaymentsApart(t *testing.T) {
 		"flash-sale flash sale/oncepay", "flash-sale flash sale/lab",
 		"I10 paused holder writes late/oncepay", "I10 paused holder writes late/lab", // both pause under /lab/, outside any payment delay
 		"I11 gateway retries a slow POST/oncepay", "I11 gateway retries a slow POST/lab", // an order through the drill's gateway, no payment
+		"I14 a failover that forgets/oncepay", "I14 a failover that forgets/lab", // servers of their own
 		"I15 two holders after a Redis failover/oncepay", "I15 two holders after a Redis failover/lab", // like I10
 		"I8 refund call times out/lab",
 		"I9 lost notification, then close/oncepay", // like I5: shares the close job

@@ -283,6 +283,8 @@ func statusText(c copyRecord) string {
 		return "no answer"
 	case c.Via == "kafka":
 		return "published"
+	case c.Via == viaSetup:
+		return "done"
 	}
 	return strings.TrimSpace(strconv.Itoa(c.Status) + " " + c.Code)
 }

@@ -248,6 +248,9 @@ var catalog = []scenario{
 	// I11 goes through a gateway of the drill's own (nginx, or an in-process proxy); its oncepay
 	// run's retry is answered from the first copy's stored result.
 	{id: "I11", name: "gateway retries a slow POST", lab: true, purgeSensitive: true, run: (*drill).gatewayRetry},
+	// I14 starts a private MariaDB primary and replica of its own, and oncepay instances on
+	// them: it shares nothing with the other runs and goes beside them.
+	{id: "I14", name: "a failover that forgets", lab: true, run: (*drill).failoverForgets},
 	// I15's oncepay run answers its first holder from the dedup record too.
 	{id: "I15", name: "two holders after a Redis failover", lab: true, purgeSensitive: true, run: lateHolder(failoverHolders)},
 	// I8 and I9 drive the channel simulator, whose faults are global: each holds simGate

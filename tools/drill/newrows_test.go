@@ -80,3 +80,29 @@ func TestNginxConfKeepsDeploysRules(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFailover is I14's verdict: an acknowledged key answered with another order after the
+// failover is the incident; a semi-synchronous primary that acknowledged an order its only
+// replica could not have is one too.
+func TestCheckFailover(t *testing.T) {
+	acked := map[string]string{"k1": "1", "k2": "2", "k3": "3"}
+	for _, c := range []struct {
+		name             string
+		seen             failoverSeen
+		effects, answers int
+	}{
+		{name: "every key replayed", seen: failoverSeen{acked: acked, retried: map[string]string{"k1": "1", "k2": "2", "k3": "3"}, semiSync: true}},
+		{name: "two keys executed again", effects: 1, seen: failoverSeen{acked: acked, retried: map[string]string{"k1": "1", "k2": "9", "k3": "8"}}},
+		{name: "a retry answered no order", answers: 1, seen: failoverSeen{acked: acked, retried: map[string]string{"k1": "1", "k2": "2"}}},
+		{name: "acknowledged while cut off", effects: 1, seen: failoverSeen{acked: acked, retried: acked, semiSync: true, cutAcked: true}},
+		{name: "asynchronous: acknowledging while cut off is the default", seen: failoverSeen{acked: acked, retried: acked, cutAcked: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var f findings
+			checkFailover(&f, c.seen)
+			if len(f.effect) != c.effects || len(f.answers) != c.answers {
+				t.Errorf("effect findings %q, answer findings %q; want %d and %d", f.effect, f.answers, c.effects, c.answers)
+			}
+		})
+	}
+}
