@@ -172,8 +172,12 @@ type call struct {
 	// requestID is sent as X-Request-Id, so a copy can be found in the server's logs.
 	requestID string
 	// base, when set, is the server the call goes to instead of oncepay: the channel
-	// simulator's /sim/ controls (I8, I9).
+	// simulator's /sim/ controls (I8, I9), I11's gateway, I14's instances.
 	base string
+	// fresh sends the call on a new connection, closed after it: the servers a run starts and
+	// stops (I11's gateway, I14's instances) listen on ports that another may take next, where
+	// a kept connection to the old one would be answered EOF, and a POST is not retried.
+	fresh bool
 }
 
 // route names the call in reports, e.g. "POST /v1/payments/notify".
@@ -220,6 +224,9 @@ func (c *client) do(ctx context.Context, cl call) (answer, error) {
 	}
 	if cl.requestID != "" {
 		req.Header.Set("X-Request-Id", cl.requestID)
+	}
+	if cl.fresh {
+		req.Close = true
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -83,6 +83,12 @@ type drill struct {
 	others  sync.WaitGroup
 	closers sync.WaitGroup
 	closing sharedClose
+	// i5xOrdered is closed once I5's second half has made its order (or when it does not run):
+	// I9's oncepay run makes its own order after it, so that the close job, which takes expired
+	// orders by expiry, closes I5's before it pays I9's (7 s), and I5's late payment need not
+	// wait for that. ordered closes it.
+	i5xOrdered chan struct{}
+	ordered    func()
 	// simGate keeps the channel simulator's faults, which are global, to the run that set
 	// them (I8, I9): a run holds it alone from setting a fault to clearing it, and shared
 	// while it needs the channel to behave (opening a trade, a notification on its way).
@@ -195,6 +201,17 @@ func (d *drill) run(ctx context.Context) report {
 	if !d.cfg.Serial {
 		d.closing.done = make(chan struct{})
 	}
+	d.i5xOrdered = make(chan struct{})
+	d.ordered = sync.OnceFunc(func() { close(d.i5xOrdered) })
+	i5x := -1
+	for _, i := range free {
+		if runs[i].s.id == "I5" && runs[i].s.closes(runs[i].rt) == closeAtTheEnd && runs[i].s.name == payAfterCloseName {
+			i5x = i
+		}
+	}
+	if i5x < 0 {
+		d.ordered()
+	}
 	asked := make([]func(), len(runs))
 	for _, i := range append(slices.Clone(free), paying...) {
 		if runs[i].s.closes(runs[i].rt) == closeAtTheEnd {
@@ -208,6 +225,9 @@ func (d *drill) run(ctx context.Context) report {
 		}
 	}
 	finish := func(i int) {
+		if i == i5x {
+			d.ordered()
+		}
 		if asked[i] != nil {
 			asked[i]() // a run that ended without asking for the close job holds nobody up
 		} else {

@@ -466,7 +466,7 @@ func (d *drill) gatewayRetry(ctx context.Context, rt routes) (out outcome, err e
 	}
 	defer gw.stop()
 	cl := call{method: http.MethodPost, path: rt.gatewayOrders, bearer: d.cfg.UserKey, body: orderBody(sku.SKU, qty),
-		requestID: d.requestID(), base: gw.base()}
+		requestID: d.requestID(), base: gw.base(), fresh: true}
 	if rt.target == oncepayRoutes.target {
 		cl.idemKey = d.key(rt, "I11")
 	}

@@ -390,6 +390,13 @@ func (d *drill) resumeRefund(ctx context.Context, t0 time.Time, refundID string,
 // ends PAID. The lab's close looks only at oncepay's own data and closes it: the order is
 // CLOSED while the channel holds the money.
 func (d *drill) lostNotification(ctx context.Context, rt routes) (out outcome, err error) {
+	if rt.closeExpired == nil && d.i5xOrdered != nil {
+		select { // see drill.i5xOrdered
+		case <-d.i5xOrdered:
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
 	t0 := time.Now()
 	sku, o, _, err := d.openAndPay(ctx, rt, "I9", t0, &out)
 	if err != nil {

@@ -147,7 +147,7 @@ func (d *drill) failoverForgets(ctx context.Context, rt routes) (out outcome, er
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		return d.c.fireHTTP(cctx, t0, label, call{method: http.MethodPost, path: "/v1/orders", bearer: before.userKey,
-			idemKey: key, body: orderBody("SKU-1001", 1), requestID: d.requestID(), base: inst.url}, nil)
+			idemKey: key, body: orderBody("SKU-1001", 1), requestID: d.requestID(), base: inst.url, fresh: true}, nil)
 	}
 	ack := func(key, label string) error {
 		c := place(before, key, label, 30*time.Second)

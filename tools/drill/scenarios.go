@@ -238,7 +238,7 @@ var catalog = []scenario{
 	{id: "I3", name: "same key, concurrent creates", lab: true, purgeSensitive: true, run: (*drill).sameKeyOrders},
 	{id: "I4", name: "lock expiry under a slow payment", lab: true, pays: true, run: (*drill).slowPayment},
 	{id: "I5", name: "late close of a paid order", lab: true, closeJob: closeAtTheEnd, pays: true, run: (*drill).lateClose},
-	{id: "I5", name: "payment after close", closeJob: closeAtTheEnd, pays: true, run: (*drill).payAfterClose},
+	{id: "I5", name: payAfterCloseName, closeJob: closeAtTheEnd, pays: true, run: (*drill).payAfterClose},
 	{id: "I6", name: "purge before redelivery", lab: true, pays: true, run: (*drill).purgeThenRedeliver},
 	{id: "I7", name: "double click", lab: true, purgeSensitive: true, run: (*drill).doubleClick},
 	{id: "flash-sale", name: "flash sale", lab: true, run: (*drill).flashSale},
@@ -549,6 +549,9 @@ func (d *drill) lateClose(ctx context.Context, rt routes) (outcome, error) {
 	return out, nil
 }
 
+// payAfterCloseName names I5's second half.
+const payAfterCloseName = "payment after close"
+
 // maxDrillTTL is the longest order TTL the drill waits out for the second half of I5.
 const maxDrillTTL = 5 * time.Second
 
@@ -559,6 +562,9 @@ const maxDrillTTL = 5 * time.Second
 func (d *drill) payAfterClose(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
 	sku, o, err := d.orderOnNewSKU(ctx, rt, "I5X", 1)
+	if d.ordered != nil {
+		d.ordered()
+	}
 	if err != nil {
 		return out, err
 	}
