@@ -36,8 +36,10 @@ const maxBody = 1 << 20
 // payment channels put on notifications, and the payment.notifications Kafka topic with its
 // consumer group.
 type client struct {
-	base   string
-	http   *http.Client
+	base string
+	http *http.Client
+	// fresh keeps no connection: it sends the calls marked fresh.
+	fresh  *http.Client
 	secret []byte
 	// kafka publishes payment notifications and reads the consumer group's offsets; nil when
 	// the Kafka path is disabled.
@@ -65,6 +67,7 @@ func newClient(cfg config) *client {
 			},
 		},
 		brokers: cfg.Kafka,
+		fresh:   &http.Client{Timeout: requestTimeout, Transport: &http.Transport{DisableKeepAlives: true}},
 	}
 	if len(cfg.Kafka) > 0 {
 		c.kafka = &kafka.Client{Addr: kafka.TCP(cfg.Kafka...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
@@ -225,10 +228,11 @@ func (c *client) do(ctx context.Context, cl call) (answer, error) {
 	if cl.requestID != "" {
 		req.Header.Set("X-Request-Id", cl.requestID)
 	}
+	hc := c.http
 	if cl.fresh {
-		req.Close = true
+		hc = c.fresh
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return answer{}, err
 	}
