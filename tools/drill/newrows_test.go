@@ -36,6 +36,9 @@ func TestCheckGatewayRetry(t *testing.T) {
 		{name: "the client got the gateway's 504", answers: 1,
 			seen: gatewaySeen{attempts: []gatewayAttempt{created(1, "7", "executed"), {instance: 2, rec: copyRecord{Status: http.StatusConflict, Code: "idempotency_key_in_use"}}},
 				client: copyRecord{Status: http.StatusGatewayTimeout}, delta: once, qty: 1}},
+		{name: "a slow first copy: the retry and the client get 409 idempotency_key_in_use",
+			seen: gatewaySeen{attempts: []gatewayAttempt{created(1, "7", "executed"), {instance: 2, rec: copyRecord{Status: http.StatusConflict, Code: "idempotency_key_in_use", Outcome: "in_progress"}}},
+				client: copyRecord{Status: http.StatusConflict, Code: "idempotency_key_in_use"}, delta: once, qty: 1}},
 		{name: "the gateway did not retry", wantErr: true,
 			seen: gatewaySeen{attempts: []gatewayAttempt{created(1, "7", "executed")}, client: copyRecord{Status: http.StatusCreated, Ref: "7"}, delta: once, qty: 1}},
 	} {
