@@ -158,10 +158,11 @@ type (
 	holdKey    struct{}
 )
 
-// closeOnce closes ch unless it is closed already; only the instances' handlers close it, under
-// no lock, so a second close is guarded by the select.
+// closeMu serialises closeOnce.
 var closeMu sync.Mutex
 
+// closeOnce closes ch unless it is closed already: a run's release is closed by the retry's
+// instance and again by the run once the client has its answer.
 func closeOnce(ch chan struct{}) {
 	closeMu.Lock()
 	defer closeMu.Unlock()
