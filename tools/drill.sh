@@ -4,6 +4,7 @@
 # drill (e.g. `./tools/drill.sh --only I4` or `--serial`). DRILL_REPORT names the HTML file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+began=$(date +%s.%N)
 
 data=$(mktemp -d)
 log="$data/server.log"
@@ -60,10 +61,18 @@ server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$data"' EXIT
 
 url="http://$ONCEPAY_HTTP_ADDR"
-for _ in $(seq 1 100); do
+for _ in $(seq 1 400); do # 20 s
   if curl -fs "$url/readyz" >/dev/null 2>&1; then break; fi
   if ! kill -0 $server 2>/dev/null; then echo "drill: the server did not start:"; tail -20 "$log"; exit 1; fi
-  sleep 0.2
+  sleep 0.05
 done
 
-./bin/drill --url "$url" --kafka "$ONCEPAY_EMBEDDED_KAFKA_ADDR" --lab on --html "${DRILL_REPORT:-report.html}" "$@"
+ready=$(date +%s.%N)
+
+status=0
+./bin/drill --url "$url" --kafka "$ONCEPAY_EMBEDDED_KAFKA_ADDR" --lab on --html "${DRILL_REPORT:-report.html}" "$@" || status=$?
+# The time of the whole drill, and the machine's load beside it: on a shared machine the same
+# drill takes twice as long under a load of 4 as on a quiet one.
+awk -v began="$began" -v ready="$ready" -v now="$(date +%s.%N)" -v la="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)" \
+  'BEGIN { printf "drill.sh: server ready in %.1fs; server and drill %.1fs in all; load average %s\n", ready - began, now - began, la }' >&2
+exit $status

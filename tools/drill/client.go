@@ -36,8 +36,10 @@ const maxBody = 1 << 20
 // payment channels put on notifications, and the payment.notifications Kafka topic with its
 // consumer group.
 type client struct {
-	base   string
-	http   *http.Client
+	base string
+	http *http.Client
+	// fresh keeps no connection: it sends the calls marked fresh.
+	fresh  *http.Client
 	secret []byte
 	// kafka publishes payment notifications and reads the consumer group's offsets; nil when
 	// the Kafka path is disabled.
@@ -65,6 +67,7 @@ func newClient(cfg config) *client {
 			},
 		},
 		brokers: cfg.Kafka,
+		fresh:   &http.Client{Timeout: requestTimeout, Transport: &http.Transport{DisableKeepAlives: true}},
 	}
 	if len(cfg.Kafka) > 0 {
 		c.kafka = &kafka.Client{Addr: kafka.TCP(cfg.Kafka...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
@@ -172,8 +175,12 @@ type call struct {
 	// requestID is sent as X-Request-Id, so a copy can be found in the server's logs.
 	requestID string
 	// base, when set, is the server the call goes to instead of oncepay: the channel
-	// simulator's /sim/ controls (I8, I9).
+	// simulator's /sim/ controls (I8, I9), I11's gateway, I14's instances.
 	base string
+	// fresh sends the call on a new connection, closed after it: the servers a run starts and
+	// stops (I11's gateway, I14's instances) listen on ports that another may take next, where
+	// a kept connection to the old one would be answered EOF, and a POST is not retried.
+	fresh bool
 }
 
 // route names the call in reports, e.g. "POST /v1/payments/notify".
@@ -221,7 +228,11 @@ func (c *client) do(ctx context.Context, cl call) (answer, error) {
 	if cl.requestID != "" {
 		req.Header.Set("X-Request-Id", cl.requestID)
 	}
-	resp, err := c.http.Do(req)
+	hc := c.http
+	if cl.fresh {
+		hc = c.fresh
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return answer{}, err
 	}

@@ -27,7 +27,7 @@ type config struct {
 	// Kafka lists the brokers to publish payment notifications to; empty disables the
 	// Kafka path and the scenarios fire their HTTP copies only.
 	Kafka []string
-	// Only selects scenarios by id (I1..I7, flash-sale, I10, I15, I8, I9, I12, I13, I16, I17, I18); empty runs them all.
+	// Only selects scenarios by id (I1..I18, flash-sale); empty runs them all.
 	Only []string
 	// JSON prints a JSON document instead of the table.
 	JSON bool
@@ -55,6 +55,9 @@ type config struct {
 	// Wait is how long, at most, the drill waits for the server to answer GET /readyz, so that
 	// it can be started right after the server.
 	Wait time.Duration
+	// ServerBin is the oncepay binary I14 starts its own instances from, on a private primary
+	// and replica; empty looks for oncepay-lab, then oncepay, beside the drill's executable.
+	ServerBin string
 }
 
 // labMode is the --lab setting.
@@ -120,6 +123,7 @@ func parseConfig(args []string, lookup func(string) (string, bool), stderr io.Wr
 	fs.StringVar(&cfg.Sim, "sim", "", "base URL of the channel simulator oncepay calls (I8, I9); empty: learned from the pay_url of a trade (env "+envSimURL+")")
 	fs.StringVar(&lab, "lab", string(labAuto), "run the lab scenarios: auto (when GET /lab/ answers non-404), on or off")
 	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "how long, at most, to wait for the Kafka copies to be consumed")
+	fs.StringVar(&cfg.ServerBin, "server-bin", "", "the oncepay binary I14 starts its instances from (empty: oncepay-lab or oncepay beside the drill)")
 	fs.DurationVar(&cfg.Wait, "wait", 10*time.Second, "how long, at most, to wait for GET /readyz to answer 200")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: drill [flags]\n\nRuns oncepay's incident drills against a running server and prints a verdict table.\nExit status: 0 every guarantee held, 1 a violation, 2 a usage or connection error.\n\nflags:")

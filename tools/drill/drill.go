@@ -77,10 +77,18 @@ type drill struct {
 	// active tracks which runs overlap, so that a run's counter delta is reported only when it
 	// had the server to itself.
 	active overlaps
-	// others counts the runs in flight that a closeAfterOthers run waits for; closeMu lets
-	// those runs call the close job one at a time.
+	// others counts the runs in flight that the close job waits for: every run that does not
+	// call it (closeAtTheEnd). closers counts the runs that call it and have not yet asked
+	// for it (or ended without asking). closing is the one call they share.
 	others  sync.WaitGroup
-	closeMu sync.Mutex
+	closers sync.WaitGroup
+	closing sharedClose
+	// i5xOrdered is closed once I5's second half has made its order (or when it does not run):
+	// I9's oncepay run makes its own order after it, so that the close job, which takes expired
+	// orders by expiry, closes I5's before it pays I9's (7 s), and I5's late payment need not
+	// wait for that. ordered closes it.
+	i5xOrdered chan struct{}
+	ordered    func()
 	// simGate keeps the channel simulator's faults, which are global, to the run that set
 	// them (I8, I9): a run holds it alone from setting a fault to clearing it, and shared
 	// while it needs the channel to behave (opening a trade, a notification on its way).
@@ -174,16 +182,15 @@ func (d *drill) plan() []planned {
 }
 
 // run runs the plan. ONCEPAY_CHAOS_PAYMENT_DELAY slows every payment, so the runs go at the
-// same time, each on SKUs, keys and trade numbers of its own, in three groups:
+// same time, each on SKUs, keys and trade numbers of its own, in two groups:
 //
 //   - the runs that do not pay through oncepay, all at once;
-//   - beside them, the runs that do, --payments at a time (see config.Payments);
-//   - once both are done, the runs that pay an order and then call the close job, one at a
-//     time (closeAlone).
+//   - beside them, the runs that do, --payments at a time (see config.Payments).
 //
-// A run whose order must expire before it calls the close job starts with the first group
-// and waits for the first two before it calls the job (closeAfterOthers). With --serial every
-// run goes alone, in plan order. The report keeps plan order either way.
+// The runs that call the close job (closeAtTheEnd) start with the first group and share one
+// call of it, made once every other run has finished and each of them has asked for it
+// (closeJob). With --serial every run goes alone, in plan order, and each calls the job
+// itself. The report keeps plan order either way.
 func (d *drill) run(ctx context.Context) report {
 	rep := newReport(d)
 	before, beforeErr := d.c.counters(ctx)
@@ -191,8 +198,26 @@ func (d *drill) run(ctx context.Context) report {
 	results := make([]result, len(runs))
 	free, paying, alone := schedule(runs, d.cfg.Serial)
 	var wg sync.WaitGroup
+	if !d.cfg.Serial {
+		d.closing.done = make(chan struct{})
+	}
+	d.i5xOrdered = make(chan struct{})
+	d.ordered = sync.OnceFunc(func() { close(d.i5xOrdered) })
+	i5x := -1
+	for _, i := range free {
+		if runs[i].s.id == "I5" && runs[i].s.closes(runs[i].rt) == closeAtTheEnd && runs[i].s.name == payAfterCloseName {
+			i5x = i
+		}
+	}
+	if i5x < 0 {
+		d.ordered()
+	}
+	asked := make([]func(), len(runs))
 	for _, i := range append(slices.Clone(free), paying...) {
-		if runs[i].s.closes(runs[i].rt) != closeAfterOthers {
+		if runs[i].s.closes(runs[i].rt) == closeAtTheEnd {
+			d.closers.Add(1)
+			asked[i] = sync.OnceFunc(d.closers.Done)
+		} else {
 			d.others.Add(1)
 		}
 		if runs[i].s.purgeSensitive && runs[i].rt.target == oncepayRoutes.target {
@@ -200,7 +225,12 @@ func (d *drill) run(ctx context.Context) report {
 		}
 	}
 	finish := func(i int) {
-		if runs[i].s.closes(runs[i].rt) != closeAfterOthers {
+		if i == i5x {
+			d.ordered()
+		}
+		if asked[i] != nil {
+			asked[i]() // a run that ended without asking for the close job holds nobody up
+		} else {
 			d.others.Done()
 		}
 		if runs[i].s.purgeSensitive && runs[i].rt.target == oncepayRoutes.target {
@@ -210,7 +240,11 @@ func (d *drill) run(ctx context.Context) report {
 	for _, i := range free {
 		wg.Go(func() {
 			defer finish(i)
-			results[i] = d.runOne(ctx, i, runs[i])
+			runCtx := ctx
+			if asked[i] != nil {
+				runCtx = context.WithValue(ctx, askedKey{}, asked[i])
+			}
+			results[i] = d.runOne(runCtx, i, runs[i])
 		})
 	}
 	lanes := d.cfg.Payments
@@ -250,12 +284,12 @@ func (d *drill) run(ctx context.Context) report {
 	return rep
 }
 
-// schedule sorts runs, by index, into the three groups of drill.run: free runs start at once,
-// paying runs take turns, and alone runs follow one by one. serial makes every run alone.
+// schedule sorts runs, by index, into the groups of drill.run: free runs start at once and
+// paying runs take turns; with serial every run is alone, and they follow one by one.
 func schedule(runs []planned, serial bool) (free, paying, alone []int) {
 	for i, p := range runs {
 		switch {
-		case serial || p.s.closes(p.rt) == closeAlone:
+		case serial:
 			alone = append(alone, i)
 		case p.s.paying(p.rt) && p.s.closes(p.rt) == noCloseJob:
 			paying = append(paying, i)
@@ -266,18 +300,73 @@ func schedule(runs []planned, serial bool) (free, paying, alone []int) {
 	return free, paying, alone
 }
 
-// awaitOthers waits until every run started beside a closeAfterOthers run has finished, and
-// then until no other such run holds the close job; release hands it on.
-func (d *drill) awaitOthers(ctx context.Context) (release func(), err error) {
-	done := make(chan struct{})
-	go func() { d.others.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return func() {}, ctx.Err()
+// askedKey is the context key under which a closeAtTheEnd run carries the function that tells
+// the shared close job it has asked for it.
+type askedKey struct{}
+
+// sharedClose is the one call of POST /v1/admin/jobs/close-expired-orders/run that the
+// closeAtTheEnd runs share. The job closes every expired unpaid order on the server, and
+// orders expire after ONCEPAY_ORDER_TTL=3s while payments take ONCEPAY_CHAOS_PAYMENT_DELAY=7s in
+// make drill: called while another run's payment is on its way, it would close that run's
+// order under it. So it is called once, after every other run.
+type sharedClose struct {
+	once sync.Once
+	// started is when the call left; done is closed once it was answered.
+	started time.Time
+	done    chan struct{}
+	rec     copyRecord
+	closed  int64
+}
+
+// closeJob is the close job as a closeAtTheEnd run sees it: it waits until every run that does
+// not call the job has finished and every run that does has asked, then makes the one call
+// (the first to get there does; the others wait for it). It returns once the call has left,
+// with wait, which blocks until the job has answered and returns its record (timed from t0)
+// and how many orders it closed, and done, closed then. Meanwhile the caller may watch its own
+// order: the job may be done with it long before it is done with every order. With --serial
+// each run calls the job itself, and closeJob returns once it has answered.
+func (d *drill) closeJob(ctx context.Context, t0 time.Time) (wait func() (copyRecord, int64, error), done <-chan struct{}, err error) {
+	job := func(ctx context.Context) (copyRecord, int64) {
+		var res struct {
+			Closed int64 `json:"closed"`
+		}
+		rec := d.c.fireHTTP(ctx, t0, "close job", call{method: http.MethodPost, path: "/v1/admin/jobs/close-expired-orders/run",
+			bearer: d.cfg.AdminKey, requestID: d.requestID()}, &res)
+		return rec, res.Closed
 	}
-	d.closeMu.Lock()
-	return d.closeMu.Unlock, nil
+	if d.closing.done == nil { // --serial, or a run driven alone by a test
+		rec, n := job(ctx)
+		over := make(chan struct{})
+		close(over)
+		return func() (copyRecord, int64, error) { return rec, n, nil }, over, nil
+	}
+	if asked, ok := ctx.Value(askedKey{}).(func()); ok {
+		asked()
+	}
+	all := make(chan struct{})
+	go func() { d.others.Wait(); d.closers.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	d.closing.once.Do(func() {
+		d.closing.started = time.Now()
+		go func() {
+			defer close(d.closing.done)
+			d.closing.rec, d.closing.closed = job(ctx)
+		}()
+	})
+	return func() (copyRecord, int64, error) {
+		select {
+		case <-d.closing.done:
+		case <-ctx.Done():
+			return copyRecord{}, 0, ctx.Err()
+		}
+		rec := d.closing.rec
+		rec.StartMS = ms(d.closing.started.Sub(t0))
+		return rec, d.closing.closed, nil
+	}, d.closing.done, nil
 }
 
 // runOne runs one scenario against one target, with the idempotency counters read before and

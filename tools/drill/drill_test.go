@@ -26,15 +26,18 @@ func TestScheduleKeepsTheCloseJobAndSlowPaymentsApart(t *testing.T) {
 		"I2 concurrent recharge callbacks/oncepay", "I2 concurrent recharge callbacks/lab",
 		"I3 same key, concurrent creates/oncepay", "I3 same key, concurrent creates/lab",
 		"I4 lock expiry under a slow payment/lab",
-		"I5 late close of a paid order/lab", // closes its one order by id and pays through the lab
-		"I5 payment after close/oncepay",    // starts at once, waits for the others before its close job
+		"I5 late close of a paid order/oncepay", // pays at once; the close job it shares waits for the others
+		"I5 late close of a paid order/lab",     // closes its one order by id and pays through the lab
+		"I5 payment after close/oncepay",        // starts at once, shares the close job
 		"I6 purge before redelivery/lab",
 		"I7 double click/oncepay", "I7 double click/lab",
 		"flash-sale flash sale/oncepay", "flash-sale flash sale/lab",
 		"I10 paused holder writes late/oncepay", "I10 paused holder writes late/lab", // both pause under /lab/, outside any payment delay
+		"I11 gateway retries a slow POST/oncepay", "I11 gateway retries a slow POST/lab", // an order through the drill's gateway, no payment
+		"I14 a failover that forgets/oncepay", "I14 a failover that forgets/lab", // servers of their own
 		"I15 two holders after a Redis failover/oncepay", "I15 two holders after a Redis failover/lab", // like I10
 		"I8 refund call times out/lab",
-		"I9 lost notification, then close/oncepay", // like I5's second half: waits for the others before its close job
+		"I9 lost notification, then close/oncepay", // like I5: shares the close job
 		"I9 lost notification, then close/lab",     // closes its one order by id
 		"I12 side effect before the key/lab",       // the buyer's payment is refused: nothing for oncepay to apply
 		"I13 purged fence on a money path/lab",     // paid through the lab's own route
@@ -45,7 +48,7 @@ func TestScheduleKeepsTheCloseJobAndSlowPaymentsApart(t *testing.T) {
 	wantPaying := []string{"I1 triple delivery/oncepay", "I4 lock expiry under a slow payment/oncepay", "I6 purge before redelivery/oncepay",
 		"I8 refund call times out/oncepay", "I12 side effect before the key/oncepay", "I13 purged fence on a money path/oncepay",
 		"I16 webhook processed twice/oncepay"}
-	wantAlone := []string{"I5 late close of a paid order/oncepay"}
+	var wantAlone []string
 	for _, g := range []struct {
 		name      string
 		got, want []string

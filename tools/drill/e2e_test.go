@@ -109,6 +109,11 @@ func TestDrillAgainstTheRealApp(t *testing.T) {
 		} else {
 			oncepay++
 		}
+		if r.ID == "I14" && r.Verdict == verdictSkipped {
+			// I14 starts instances of bin/oncepay on a private primary and replica; beside
+			// the test binary there is none, and the row says so (make drill runs it).
+			continue
+		}
 		if r.Verdict != want {
 			t.Errorf("%s %s against %s: %s, want %s: %s", r.ID, r.Name, r.Target, r.Verdict, want, r.Summary)
 			failed = true

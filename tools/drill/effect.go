@@ -455,3 +455,21 @@ func (w *orderWatch) paidAtPath() string {
 	defer w.mu.Unlock()
 	return strings.Join(w.paidAts, " → ")
 }
+
+// awaitOrderUntil reads order id every 50 ms until it has status want, or until done is closed
+// (the step that was to move it has ended), and returns what it read last.
+func (d *drill) awaitOrderUntil(ctx context.Context, id, want string, done <-chan struct{}) (order, error) {
+	for {
+		o, err := d.order(ctx, id)
+		if err != nil || o.Status == want {
+			return o, err
+		}
+		select {
+		case <-done:
+			return d.order(ctx, id)
+		case <-ctx.Done():
+			return o, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

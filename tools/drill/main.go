@@ -1,6 +1,7 @@
-// Package drill runs oncepay's incident drills (I1–I10, I12, I13, I15, I16 and I17 of docs/incidents.md, and
-// a flash sale) against a running server and prints a verdict table; tools/cmd/drill is its
-// command.
+// Package drill runs oncepay's incident drills (I1–I18 of docs/incidents.md, and a flash sale)
+// against a running server and prints a verdict table; tools/cmd/drill is its command. Two rows
+// bring servers of their own: I11 a gateway (a private nginx) in front of two doors to the
+// server, I14 a private MariaDB primary and replica with oncepay instances on them.
 //
 // It is a black-box client: it knows only docs/contract.md. Each scenario fires real duplicate
 // copies of one request concurrently, over HTTP and the payment.notifications Kafka topic,

@@ -390,6 +390,13 @@ func (d *drill) resumeRefund(ctx context.Context, t0 time.Time, refundID string,
 // ends PAID. The lab's close looks only at oncepay's own data and closes it: the order is
 // CLOSED while the channel holds the money.
 func (d *drill) lostNotification(ctx context.Context, rt routes) (out outcome, err error) {
+	if rt.closeExpired == nil && d.i5xOrdered != nil {
+		select { // see drill.i5xOrdered
+		case <-d.i5xOrdered:
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
 	t0 := time.Now()
 	sku, o, _, err := d.openAndPay(ctx, rt, "I9", t0, &out)
 	if err != nil {
@@ -423,13 +430,13 @@ func (d *drill) lostNotification(ctx context.Context, rt routes) (out outcome, e
 		closing = d.c.fireHTTP(ctx, t0, "naive close (the channel is not asked)", call{method: http.MethodPost, path: rt.closeExpired(id),
 			bearer: d.cfg.AdminKey, requestID: d.requestID()}, nil)
 	} else {
-		release, err := d.awaitOthers(ctx)
+		wait, _, err := d.closeJob(ctx, t0)
 		if err != nil {
 			return out, err
 		}
-		closing = d.c.fireHTTP(ctx, t0, "close job", call{method: http.MethodPost, path: "/v1/admin/jobs/close-expired-orders/run",
-			bearer: d.cfg.AdminKey, requestID: d.requestID()}, &job)
-		release()
+		if closing, job.Closed, err = wait(); err != nil {
+			return out, err
+		}
 	}
 	out.copies = append(out.copies, closing)
 	if closing.Status != http.StatusOK {

@@ -135,9 +135,9 @@ func writeTable(w io.Writer, r report) error {
 	}
 	fmt.Fprintf(tw, "oncepay drill %s against %s (kafka: %s, lab: %t)\n\n", r.RunID, r.URL, orNone(strings.Join(r.Kafka, ",")), r.Lab)
 	for _, res := range r.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t(%s)\n", res.ID, res.Name, res.Target, res.Verdict, oneLine(res.Summary))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t(%s)\n", res.ID, res.Name, res.Target, res.Verdict, fmtMS(res.DurationMS), oneLine(res.Summary))
 	}
-	fmt.Fprintf(tw, "\n%s; exit status %d; %s\n", totalsLine(r.Totals), r.ExitCode, fmtMS(ms(r.FinishedAt.Sub(r.StartedAt))))
+	fmt.Fprintf(tw, "\n%s; exit status %d; the drill took %s\n", totalsLine(r.Totals), r.ExitCode, fmtMS(ms(r.FinishedAt.Sub(r.StartedAt))))
 	return tw.Flush()
 }
 
@@ -283,6 +283,8 @@ func statusText(c copyRecord) string {
 		return "no answer"
 	case c.Via == "kafka":
 		return "published"
+	case c.Via == viaSetup:
+		return "done"
 	}
 	return strings.TrimSpace(strconv.Itoa(c.Status) + " " + c.Code)
 }

@@ -69,11 +69,11 @@ I5 payment after close, oncepay: skipped
 
 oncepay drill 0A1B2C3D against http://localhost:8080 (kafka: 127.0.0.1:19092, lab: true)
 
-I2  concurrent recharge callbacks  oncepay  held        (credited once; 19 copies stopped: 12 replayed, 7 in_progress)
-I2  concurrent recharge callbacks  lab      REPRODUCED  (balance +300000 for one recharge of 100000 (credited 3×))
-I5  payment after close            oncepay  skipped     (ORDER_TTL too long: 15m0s)
+I2  concurrent recharge callbacks  oncepay  held        0ms  (credited once; 19 copies stopped: 12 replayed, 7 in_progress)
+I2  concurrent recharge callbacks  lab      REPRODUCED  0ms  (balance +300000 for one recharge of 100000 (credited 3×))
+I5  payment after close            oncepay  skipped     0ms  (ORDER_TTL too long: 15m0s)
 
-1 held, 1 REPRODUCED, 1 skipped; exit status 0; 31.2s
+1 held, 1 REPRODUCED, 1 skipped; exit status 0; the drill took 31.2s
 `
 	if got := b.String(); got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)

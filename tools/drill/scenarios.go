@@ -69,6 +69,9 @@ type routes struct {
 	// POST /v1/orders, whose order.created is written in the transaction and delivered only
 	// after the commit, or the lab's, which POSTs it to the webhook endpoints before.
 	announceOrders string
+	// gatewayOrders is where I11's one POST goes through the gateway: oncepay's POST /v1/orders
+	// with an Idempotency-Key, or the lab's order form, which keeps no key (I7's replica).
+	gatewayOrders string
 }
 
 // oncepayRoutes are the contract's routes.
@@ -89,6 +92,7 @@ var oncepayRoutes = routes{
 	cancelOrder:      func(id string) string { return "/v1/orders/" + id + "/cancel" },
 	purgedNotify:     "/v1/payments/notify",
 	announceOrders:   "/v1/orders",
+	gatewayOrders:    "/v1/orders",
 }
 
 // labProbePath must answer non-404 (an index of the lab, say) when the server runs with
@@ -177,6 +181,7 @@ var labRoutes = routes{
 	cancelOrder:      func(id string) string { return "/lab/orders/" + id + "/cancel" },
 	purgedNotify:     "/lab/payments/notify-purged",
 	announceOrders:   "/lab/orders/announce-first",
+	gatewayOrders:    "/lab/orders/submit",
 }
 
 // scenario is one drill. run fires the copies and judges the effect; lab says whether the
@@ -199,22 +204,19 @@ type scenario struct {
 	run  func(d *drill, ctx context.Context, rt routes) (outcome, error)
 }
 
-// closeMode is how a run that calls POST /v1/admin/jobs/close-expired-orders/run gets the
-// server to itself. The job closes every expired unpaid order on the server, other scenarios'
-// too, even while their payment is on its way: orders expire after ONCEPAY_ORDER_TTL=3s and
-// payments take ONCEPAY_CHAOS_PAYMENT_DELAY=7s in make drill.
+// closeMode is whether a run calls POST /v1/admin/jobs/close-expired-orders/run. The job closes
+// every expired unpaid order on the server, other scenarios' too, even while their payment is
+// on its way: orders expire after ONCEPAY_ORDER_TTL=3s and payments take
+// ONCEPAY_CHAOS_PAYMENT_DELAY=7s in make drill.
 type closeMode int
 
 const (
 	// noCloseJob: the run never calls the close job.
 	noCloseJob closeMode = iota
-	// closeAlone: the run pays an order and then calls the job, so the whole run goes alone,
-	// after the others: neither its payment nor another's may meet a close job half-way.
-	closeAlone
-	// closeAfterOthers: the run's own order is meant to expire unpaid, so the run starts with
-	// the others and, once its order has expired, waits for them to finish (awaitOthers)
-	// before it calls the job.
-	closeAfterOthers
+	// closeAtTheEnd: the run starts with the others and, once its own order is ready (paid, or
+	// expired unpaid), asks for the close job, which is called once for every such run after
+	// all the others have finished (drill.closeJob).
+	closeAtTheEnd
 )
 
 // closes returns how the run of s against rt calls the close job.
@@ -235,20 +237,26 @@ var catalog = []scenario{
 	{id: "I2", name: "concurrent recharge callbacks", lab: true, run: (*drill).rechargeCallbacks},
 	{id: "I3", name: "same key, concurrent creates", lab: true, purgeSensitive: true, run: (*drill).sameKeyOrders},
 	{id: "I4", name: "lock expiry under a slow payment", lab: true, pays: true, run: (*drill).slowPayment},
-	{id: "I5", name: "late close of a paid order", lab: true, closeJob: closeAlone, pays: true, run: (*drill).lateClose},
-	{id: "I5", name: "payment after close", closeJob: closeAfterOthers, pays: true, run: (*drill).payAfterClose},
+	{id: "I5", name: "late close of a paid order", lab: true, closeJob: closeAtTheEnd, pays: true, run: (*drill).lateClose},
+	{id: "I5", name: payAfterCloseName, closeJob: closeAtTheEnd, pays: true, run: (*drill).payAfterClose},
 	{id: "I6", name: "purge before redelivery", lab: true, pays: true, run: (*drill).purgeThenRedeliver},
 	{id: "I7", name: "double click", lab: true, purgeSensitive: true, run: (*drill).doubleClick},
 	{id: "flash-sale", name: "flash sale", lab: true, run: (*drill).flashSale},
 	// I10's oncepay run answers its stale holder from the dedup record, which I6's purge must
 	// not remove in the meantime.
 	{id: "I10", name: "paused holder writes late", lab: true, purgeSensitive: true, run: lateHolder(staleWriter)},
+	// I11 goes through a gateway of the drill's own (nginx, or an in-process proxy); its oncepay
+	// run's retry is answered from the first copy's stored result.
+	{id: "I11", name: "gateway retries a slow POST", lab: true, purgeSensitive: true, run: (*drill).gatewayRetry},
+	// I14 starts a private MariaDB primary and replica of its own, and oncepay instances on
+	// them: it shares nothing with the other runs and goes beside them.
+	{id: "I14", name: "a failover that forgets", lab: true, run: (*drill).failoverForgets},
 	// I15's oncepay run answers its first holder from the dedup record too.
 	{id: "I15", name: "two holders after a Redis failover", lab: true, purgeSensitive: true, run: lateHolder(failoverHolders)},
 	// I8 and I9 drive the channel simulator, whose faults are global: each holds simGate
 	// alone while its fault is on. I9's oncepay run calls the close job once its order expired.
 	{id: "I8", name: "refund call times out", lab: true, pays: true, run: (*drill).refundTimeout},
-	{id: "I9", name: "lost notification, then close", lab: true, closeJob: closeAfterOthers, pays: true, run: (*drill).lostNotification},
+	{id: "I9", name: "lost notification, then close", lab: true, closeJob: closeAtTheEnd, pays: true, run: (*drill).lostNotification},
 	// I12 and I13 open their order's trade and have the buyer pay it at the simulator, as I8
 	// does. I12 holds purgeGate shared from its key's first use to the refused reuse; I13
 	// purges every dedup record, holding purgeGate alone like I6.
@@ -500,18 +508,23 @@ func (d *drill) lateClose(ctx context.Context, rt routes) (outcome, error) {
 	if err != nil {
 		return out, err
 	}
-	closeCall := call{method: http.MethodPost, path: "/v1/admin/jobs/close-expired-orders/run", bearer: d.cfg.AdminKey, requestID: d.requestID()}
-	label := "close job"
+	var closing copyRecord
+	var closed int64
 	if rt.closeOrder != nil {
-		closeCall.path, label = rt.closeOrder(p.id), "late close"
+		closing = d.c.fireHTTP(ctx, p.t0, "late close", call{method: http.MethodPost, path: rt.closeOrder(p.id),
+			bearer: d.cfg.AdminKey, requestID: d.requestID()}, nil)
+	} else {
+		wait, _, err := d.closeJob(ctx, p.t0)
+		if err != nil {
+			return out, err
+		}
+		if closing, closed, err = wait(); err != nil {
+			return out, err
+		}
 	}
-	var job struct {
-		Closed int64 `json:"closed"`
-	}
-	closing := d.c.fireHTTP(ctx, p.t0, label, closeCall, &job)
 	out.copies = append(out.copies, closing)
 	if rt.closeOrder == nil && closing.Status != http.StatusOK {
-		return out, fmt.Errorf("%s answered %d %s, want 200", closeCall.route(), closing.Status, closing.Code)
+		return out, fmt.Errorf("%s answered %d %s, want 200", closing.Route, closing.Status, closing.Code)
 	}
 	final, err := d.order(ctx, p.id)
 	if err != nil {
@@ -529,12 +542,15 @@ func (d *drill) lateClose(ctx context.Context, rt routes) (outcome, error) {
 	}
 	out.expected = "order stays PAID; stock unchanged by the close"
 	out.observed = fmt.Sprintf("%s; stock %s", final.Status, after.since(p.stock))
-	out.held = fmt.Sprintf("paid order stayed PAID after the close job (which closed %d expired orders)", job.Closed)
+	out.held = fmt.Sprintf("paid order stayed PAID after the close job (which closed %d expired orders)", closed)
 	if rt.closeOrder != nil {
 		out.held = "paid order stayed PAID after the late close"
 	}
 	return out, nil
 }
+
+// payAfterCloseName names I5's second half.
+const payAfterCloseName = "payment after close"
 
 // maxDrillTTL is the longest order TTL the drill waits out for the second half of I5.
 const maxDrillTTL = 5 * time.Second
@@ -542,10 +558,13 @@ const maxDrillTTL = 5 * time.Second
 // payAfterClose is the second half of I5: an order that expired and was closed, then paid,
 // stays CLOSED with its stock untouched, and the payment is recorded for refund. It needs a
 // server started with a tiny ONCEPAY_ORDER_TTL; otherwise it is skipped. Its order expires
-// while the other scenarios run; the close job waits for them (closeAfterOthers).
+// while the other scenarios run; the close job waits for them (closeAtTheEnd).
 func (d *drill) payAfterClose(ctx context.Context, rt routes) (outcome, error) {
 	var out outcome
 	sku, o, err := d.orderOnNewSKU(ctx, rt, "I5X", 1)
+	if d.ordered != nil {
+		d.ordered()
+	}
 	if err != nil {
 		return out, err
 	}
@@ -562,15 +581,14 @@ func (d *drill) payAfterClose(ctx context.Context, rt routes) (outcome, error) {
 	if err := sleep(ctx, time.Until(created.Add(ttl+time.Second))); err != nil {
 		return out, err
 	}
-	release, err := d.awaitOthers(ctx)
+	t0 := time.Now()
+	wait, jobDone, err := d.closeJob(ctx, t0)
 	if err != nil {
 		return out, err
 	}
-	defer release()
-	t0 := time.Now()
-	out.copies = append(out.copies, d.c.fireHTTP(ctx, t0, "close job", call{method: http.MethodPost,
-		path: "/v1/admin/jobs/close-expired-orders/run", bearer: d.cfg.AdminKey, requestID: d.requestID()}, nil))
-	closed, err := d.order(ctx, id)
+	// The job is shared with I9's oncepay run, whose order it pays (7 s under make drill): the
+	// late payment goes as soon as this order is CLOSED, not once the job is over.
+	closed, err := d.awaitOrderUntil(ctx, id, "CLOSED", jobDone)
 	if err != nil {
 		return out, err
 	}
@@ -586,7 +604,11 @@ func (d *drill) payAfterClose(ctx context.Context, rt routes) (outcome, error) {
 	}
 	tradeNo, body := d.notification(id, o.Amount)
 	pay := d.c.fireHTTP(ctx, t0, "late payment", d.notifyCall(oncepayRoutes.paymentNotify, body), nil)
-	out.copies = append(out.copies, pay)
+	job, _, err := wait()
+	if err != nil {
+		return out, err
+	}
+	out.copies = append(out.copies, job, pay)
 	if pay.Status != http.StatusOK {
 		out.answerf("the payment for a closed order answered %d %s, want 200 so the channel stops", pay.Status, pay.Code)
 	}

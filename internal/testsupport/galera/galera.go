@@ -176,8 +176,11 @@ func install(ctx context.Context, root, dir string) error {
 	if err := chownToRunUser(root); err != nil {
 		return err
 	}
+	// A tmpdir of its own, as the server gets (privateArgs): the bootstrap server of an install
+	// otherwise works in /tmp, where another install running at the same time (I14's two pairs
+	// in the drill) deletes its temporary tables, and where the shared server keeps its own.
 	cmd := exec.CommandContext(ctx, tool, "--no-defaults", "--datadir="+dir, "--user="+runUser(),
-		"--auth-root-authentication-method=normal", "--skip-test-db")
+		"--auth-root-authentication-method=normal", "--skip-test-db", "--tmpdir="+root)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mariadb-install-db %s: %w\n%s", dir, err, tail(string(out), 2000))
 	}

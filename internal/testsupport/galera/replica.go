@@ -24,6 +24,18 @@ type PairOptions struct {
 	SemiSync bool
 }
 
+// PairAvailable reports why a primary and replica cannot be started here, or nil: unlike a
+// Galera cluster they need neither galera-4 nor rsync, only mariadbd and mariadb-install-db
+// (apt-get install mariadb-server).
+func PairAvailable() error {
+	for _, tool := range []string{"mariadbd", "mariadb-install-db"} {
+		if _, err := lookPath(tool); err != nil {
+			return fmt.Errorf("%s is not on PATH (nor in /usr/sbin): apt-get install mariadb-server", tool)
+		}
+	}
+	return nil
+}
+
 // Pair is a running primary and replica.
 type Pair struct {
 	opts             PairOptions
@@ -33,7 +45,7 @@ type Pair struct {
 // StartPair initialises both data directories, starts the primary and the replica and
 // points the replica at the primary (GTID, from the start of the primary's binlog).
 func StartPair(ctx context.Context, opts PairOptions) (_ *Pair, err error) {
-	if err := Available(); err != nil {
+	if err := PairAvailable(); err != nil {
 		return nil, err
 	}
 	if opts.Port <= 0 {
