@@ -255,7 +255,8 @@ func TestExplainEveryHandle(t *testing.T) {
 
 // TestExplainRefusals: a request that names no handle, two, an unknown parameter or a
 // malformed value is 400 invalid_request; a well-formed handle that names nothing is 404
-// not_found; a user's key is 403, no key 401. Nothing is ever a 500.
+// not_found; a user's key is 403, no key 401. Nothing is ever a 500. The page shows the same
+// refusals, as HTML with the same status.
 func TestExplainRefusals(t *testing.T) {
 	s := apptest.StartHTTPOnly(t)
 	o := s.CreateOrder(t, apptest.AliceKey, "explain-refusals", apptest.Item{SKU: "SKU-1002", Quantity: 1})
@@ -280,6 +281,31 @@ func TestExplainRefusals(t *testing.T) {
 	x := explainBy(t, s, url.Values{"key": {"explain-refusals"}, "user_id": {alice}})
 	if x.Subject.ID != o.OrderID || x.Order == nil || x.Order.Status != "PENDING_PAYMENT" {
 		t.Errorf("the order's key explains %+v, order %+v; want the pending order %s", x.Subject, x.Order, o.OrderID)
+	}
+	// The page: its forms alone, then a refusal shown on the page with the API's status, then
+	// the explanation; always HTML that is never cached, framed or scripted.
+	for _, c := range []struct {
+		q      string
+		status int
+		want   string
+	}{
+		{"", http.StatusOK, `name="order"`},
+		{"order=&refund=&trade=&channel=&key=&user_id=", http.StatusOK, `name="refund"`},
+		{"order=abc", http.StatusBadRequest, "400 invalid_request"},
+		{"refund=RF-nobody", http.StatusNotFound, "404 not_found"},
+		{"order=" + o.OrderID + "&refund=", http.StatusOK, `data-layer="order"`},
+	} {
+		r := s.Do(http.MethodGet, "/v1/admin/explain/page?"+c.q, apptest.AdminKey, nil, nil)
+		if r.Status != c.status || !strings.Contains(string(r.Body), c.want) {
+			t.Errorf("page ?%s: %d, want %d with %q:\n%s", c.q, r.Status, c.status, c.want, r.Body)
+		}
+		if ct, csp := r.Header.Get("Content-Type"), r.Header.Get("Content-Security-Policy"); ct != "text/html; charset=utf-8" ||
+			!strings.HasPrefix(csp, "default-src 'none'") || r.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("page ?%s: Content-Type %q, CSP %q, Cache-Control %q", c.q, ct, csp, r.Header.Get("Cache-Control"))
+		}
+		if strings.Contains(string(r.Body), "<script") {
+			t.Errorf("page ?%s has a script", c.q)
+		}
 	}
 	apptest.WantProblem(t, s.Do(http.MethodGet, "/v1/admin/explain?order="+o.OrderID, apptest.AliceKey, nil, nil), http.StatusForbidden, "forbidden")
 	apptest.WantProblem(t, s.Do(http.MethodGet, "/v1/admin/explain?order="+o.OrderID, "", nil, nil), http.StatusUnauthorized, "unauthorized")
