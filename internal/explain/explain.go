@@ -621,10 +621,12 @@ func (c *collector) records() {
 		if len(c.tradeNos)+len(c.refundNos) > 0 {
 			rc := c.db.Where("1 = 0")
 			for _, n := range c.tradeNos {
-				rc = rc.Or("biz_type = ? AND biz_key = ? AND (scope = ? OR scope LIKE ?)", bizTypeTradeReport, n.no, "channel:"+n.channel, "channel:"+n.channel+"#%")
+				final, after, before := reportScopes(n.channel)
+				rc = rc.Or("biz_type = ? AND biz_key = ? AND (scope = ? OR (scope > ? AND scope < ?))", bizTypeTradeReport, n.no, final, after, before)
 			}
 			for _, n := range c.refundNos {
-				rc = rc.Or("biz_type = ? AND biz_key = ? AND (scope = ? OR scope LIKE ?)", bizTypeRefundReport, n.no, "channel:"+n.channel, "channel:"+n.channel+"#%")
+				final, after, before := reportScopes(n.channel)
+				rc = rc.Or("biz_type = ? AND biz_key = ? AND (scope = ? OR (scope > ? AND scope < ?))", bizTypeRefundReport, n.no, final, after, before)
 			}
 			find(c, "idempotency.reports", c.db.Table("idempotency_records").Where(rc).Order("created_at, id"), &reports)
 		}
@@ -664,6 +666,14 @@ func (c *collector) records() {
 			c.x.Idempotency.Token = &t
 		}
 	}
+}
+
+// reportScopes are the bounds of the scopes of channel's reports: channel:<channel> for a final
+// report, channel:<channel>#<status> for the others (notify.Report.Key) — the byte range just
+// after "#" and before "$", so that the unique index's first column finds them by range.
+func reportScopes(channel string) (final, after, before string) {
+	base := "channel:" + channel
+	return base, base + "#", base + "$"
 }
 
 // record is the view of rec, committed or not, with its key's attempt log and lease. Redis

@@ -100,7 +100,7 @@ func Find(ctx context.Context, db *gorm.DB, id string) (TransferView, error) {
 }
 
 // FindAll returns the transfers of ids that exist, each with its postings and, for a pending
-// refund, the transfer that ended it, in the order of their creation: two queries whatever
+// refund whose end is among ids, the transfer that ended it, in the order of their creation: two queries whatever
 // the number of ids, for a reader that collects the books of one business fact.
 func FindAll(ctx context.Context, db *gorm.DB, ids []string) ([]TransferView, error) {
 	if len(ids) == 0 {
