@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oncepay/oncepay/idempotent/internal/opskit"
 )
 
 // tokenPrefix marks an Idempotency-Key that is a one-time token issued by the server (I7).
@@ -99,4 +102,24 @@ func (g *Guard) checkToken(ctx context.Context, req Request) (res Result, err er
 		return Result{Outcome: TokenInvalid, Layer: layerToken}, ErrTokenInvalid, true
 	}
 	return Result{}, nil, false
+}
+
+// token reads what Redis holds of a one-time token (idemops.TokenOf): the scope it was issued
+// to, whether a submission used it, and how long Redis keeps it.
+func (g *Guard) token(ctx context.Context, token string) (opskit.Token, error) {
+	if g.rdb == nil || !isToken(token) {
+		return opskit.Token{}, nil
+	}
+	pipe := g.rdb.Pipeline()
+	get := pipe.Get(ctx, g.tokenKey(token))
+	ttl := pipe.PTTL(ctx, g.tokenKey(token))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return opskit.Token{}, err
+	}
+	v, err := get.Result()
+	if errors.Is(err, redis.Nil) {
+		return opskit.Token{}, nil
+	}
+	scope, used := strings.CutPrefix(v, "used:")
+	return opskit.Token{Found: true, Used: used, Scope: scope, TTL: max(ttl.Val(), 0)}, nil
 }

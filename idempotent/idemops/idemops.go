@@ -105,3 +105,23 @@ func InFlight(ctx context.Context, g *idempotent.Guard, k idempotent.Key) (bool,
 func RunLocked(ctx context.Context, g *idempotent.Guard, name string, fn func(ctx context.Context) error) (ok bool, err error) {
 	return ops().RunLocked(g, ctx, name, fn)
 }
+
+// Token is what Redis holds of a one-time token (I7): nothing once it expired (Found false),
+// else the scope it was issued to, whether a submission used it, and how long Redis keeps it.
+type Token struct {
+	Found bool   `json:"found"`
+	Used  bool   `json:"used"`
+	Scope string `json:"scope,omitempty"`
+	// TTL is how long Redis keeps the token; TTLMS is it in milliseconds, for JSON.
+	TTL   time.Duration `json:"-"`
+	TTLMS int64         `json:"ttl_ms,omitempty"`
+}
+
+// TokenOf reads token's state in g's Redis: an operator asking why a form's submission was
+// refused (idempotency_token_invalid) or answered twice sees whether the token was issued to
+// that user, used, or is gone. A key without the token prefix, or a guard on the database
+// alone, answers a Token not found; Redis unreachable is an error.
+func TokenOf(ctx context.Context, g *idempotent.Guard, token string) (Token, error) {
+	t, err := ops().Token(g, ctx, token)
+	return Token{Found: t.Found, Used: t.Used, Scope: t.Scope, TTL: t.TTL, TTLMS: t.TTL.Milliseconds()}, err
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/oncepay/oncepay/internal/account"
+	"github.com/oncepay/oncepay/internal/explain"
 	idem "github.com/oncepay/oncepay/internal/idempotent"
 	"github.com/oncepay/oncepay/internal/inventory"
 	"github.com/oncepay/oncepay/internal/jobs"
@@ -52,6 +53,11 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 		func(ctx context.Context) (int64, error) { return books.Backfill(ctx, a.DB) })
 	accounts := account.NewHandler(a.recharges, a.users, a.idem)
 	idemAPI := idem.NewAPI(a.Guard, marks, a.Registry)
+	channels := make([]string, len(a.Config.Channels))
+	for i, c := range a.Config.Channels {
+		channels[i] = c.Name
+	}
+	explainer := explain.New(a.DB, a.Guard, channels)
 	hooks := webhook.NewHandler(a.DB, a.IDs, a.endpoints, a.adminIdem, a.webhookPolicy, a.Config.WebhookRotationGrace)
 	r.Route("/v1", func(r chi.Router) {
 		// Reading stock is public and naturally idempotent.
@@ -94,6 +100,10 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 			// next attempt runs again; a stored success is never evicted (effect_committed).
 			r.Get("/idempotency-records", idemAPI.Lookup)
 			r.Delete("/idempotency-records", idemAPI.Evict)
+			// One write across the whole chain (internal/explain): from a key, an order, a trade
+			// number or a refund, every layer's rows and one timeline; as JSON and as a page.
+			r.Get("/explain", explainer.Handler)
+			r.Get("/explain/page", explainer.Page)
 			// Jobs on demand: safe at any time, their changes carry state preconditions.
 			r.Mount("/jobs", jobRuns.AdminRoutes())
 			// Webhooks: the merchant's endpoints, their delivery log and redelivery (rotating

@@ -18,6 +18,15 @@ type Ops[G, K, R any] struct {
 	LookupBizKey func(g G, ctx context.Context, bizType, bizKey string, limit int) ([]R, error)
 	InFlight     func(g G, ctx context.Context, k K) (bool, time.Duration, error)
 	RunLocked    func(g G, ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error)
+	Token        func(g G, ctx context.Context, token string) (Token, error)
+}
+
+// Token is idemops.Token, field for field (idemops converts it).
+type Token struct {
+	Found bool
+	Used  bool
+	Scope string
+	TTL   time.Duration
 }
 
 // Installed is the Ops[*idempotent.Guard, idempotent.Key, idempotent.Record] of package

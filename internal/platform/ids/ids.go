@@ -5,6 +5,7 @@ package ids
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/bwmarrin/snowflake"
 )
@@ -36,4 +37,12 @@ func Parse(s string) (id int64, ok bool) {
 	}
 	id, err := strconv.ParseInt(s, 10, 64)
 	return id, err == nil && id > 0
+}
+
+// Floor is the smallest id any generator hands out at t or later: a snowflake begins with its
+// millisecond, so ids >= Floor(t) is a primary-key range that holds every row made since t
+// (on instances whose clocks agree with this one's).
+func Floor(t time.Time) int64 {
+	ms := max(t.UnixMilli()-snowflake.Epoch, 0)
+	return ms << (snowflake.NodeBits + snowflake.StepBits)
 }
