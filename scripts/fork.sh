@@ -10,7 +10,8 @@
 #      (tools/: the drill, the chaos run, the lab), its docs (docs/drills.md, docs/chaos.md),
 #      the blocks between the markers "fork:drop" and "/fork:drop" in any file (the Makefile's
 #      training block, .ci/run's chaos step and this command's own CI step, the README's drill
-#      and chaos sections, …), and this script itself;
+#      and chaos sections, …) and each line marked "fork:drop-line" (a table's row), and this
+#      script itself;
 #   2. renames the Go module path github.com/oncepay/oncepay to MODULE in every module (the
 #      root, idempotent/, examples/, examples/webhook-receiver, bench/): the idempotency kit
 #      becomes MODULE/idempotent, because the tree builds the copy it holds (the root go.mod
@@ -59,9 +60,11 @@ text=()
 while IFS= read -r -d '' f; do
   [ -f "$f" ] && grep -Iq . "$f" && text+=("$f")
 done < <(git -C "$src" ls-files -z)
-# Blocks between a "fork:drop" line and its "/fork:drop" line (Markdown comments, # comments).
+# Blocks between a "fork:drop" line and its "/fork:drop" line (Markdown comments, # comments),
+# and single lines marked "fork:drop-line" (a table's rows, where a comment line would end the
+# table).
 grep -lZ 'fork:drop' "${text[@]}" | xargs -0r perl -ni -e '
-  if (m{/fork:drop}) { $skip = 0 } elsif (m{fork:drop}) { $skip = 1 } elsif (!$skip) { print }
+  if (m{fork:drop-line}) { } elsif (m{/fork:drop}) { $skip = 0 } elsif (m{fork:drop}) { $skip = 1 } elsif (!$skip) { print }
   if (eof) { die "fork: $ARGV: a fork:drop block is not closed\n" if $skip; $skip = 0 }'
 
 # 2 and 3. The module path, then the product's name in its three spellings.

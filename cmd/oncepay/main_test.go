@@ -160,8 +160,8 @@ const module = "github.com/oncepay/oncepay"
 
 // TestTheServiceBinaryHasNoLab: bin/oncepay carries none of the training kit. Its linked
 // packages include nothing under tools/ (the lab's replicas, the drill, the chaos run), so no
-// setting can mount the lab's routes or turn its faults on: they live in bin/oncepay-lab, whose
-// settings the service does not read.
+// setting can mount the lab's routes or turn its faults on: they live in the training kit's
+// own build, whose settings the service does not read.
 func TestTheServiceBinaryHasNoLab(t *testing.T) {
 	bin := buildBinary(t)
 	out, err := exec.Command("go", "version", "-m", bin).Output()
