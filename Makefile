@@ -98,9 +98,18 @@ bench-soak:
 compose-up:
 	docker compose up --build
 
-# ---- the training kit (tools/): the drill, the chaos run and the lab. A fork that keeps only the
-# ---- service deletes tools/ and this block; the service builds and passes its tests without them.
-.PHONY: drill chaos chaos-short tools
+# fork:drop ---- this repository's own: `make fork` and the training kit (tools/: the drill, the
+# ---- chaos run and the lab). `make fork` deletes this block with tools/ from the service it makes.
+.PHONY: fork drill chaos chaos-short tools
+
+## fork: make a service of your own from this repository, in place (commit first) or, with
+## DIR=…, in a copy: `make fork MODULE=example.com/acme NAME=acme`. It renames the module path
+## (every module: the root, idempotent/, examples/, bench/) and the product's name (settings
+## ACME_*, metrics acme_*, bin/acme, the docs), and removes the training kit (scripts/fork.sh
+## says what and why; CI runs it on a copy, .ci/fork).
+fork:
+	@[ -n "$(MODULE)" ] && [ -n "$(NAME)" ] || { echo "usage: make fork MODULE=example.com/acme NAME=acme [DIR=path of a copy]"; exit 2; }
+	./scripts/fork.sh "$(MODULE)" "$(NAME)" $(DIR)
 
 ## tools: the training kit's binaries: bin/oncepay-lab (oncepay with /lab/), bin/drill, bin/chaos,
 ## and bin/oncepay. One go build for all four: it loads and hashes the package graph once and
@@ -130,3 +139,4 @@ chaos: tools
 ## chaos-short: the same in under 3 minutes (≥ 1,000 deliveries, every fault once); CI runs it.
 chaos-short: tools
 	./bin/chaos -mode short $(CHAOS_FLAGS)
+# /fork:drop

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/app"
@@ -103,7 +104,7 @@ func (e *env) startOncepay(ctx context.Context, name string, lab idemlab.Lab) (s
 		return "", err
 	}
 	e.defer1(func() { e.deleteRedisKeys(cfg.RedisPrefix + "*") })
-	a, err := app.New(ctx, cfg, app.Deps{GuardLab: lab})
+	a, err := app.New(ctx, cfg, app.Deps{GuardConfig: func(c idempotent.Config) idempotent.Config { return idemlab.With(c, lab) }})
 	if err != nil {
 		return "", fmt.Errorf("app.New: %w", err)
 	}

@@ -52,9 +52,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func serve(ctx context.Context, cfg config.Config, stdout io.Writer) error {
-	if cfg.Lab {
-		return fmt.Errorf("ONCEPAY_LAB=true asks for the lab's replicas, which only the training kit's build carries: run bin/oncepay-lab (make drill builds it), or unset ONCEPAY_LAB")
-	}
 	slog.InfoContext(ctx, "starting oncepay", "config", cfg)
 	a, err := app.New(ctx, cfg, app.Deps{})
 	if err != nil {

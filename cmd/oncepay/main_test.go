@@ -155,27 +155,15 @@ func anyLineHasAll(lines, parts []string) bool {
 	return false
 }
 
-// TestTheServiceBinaryHasNoLab: bin/oncepay carries none of the training kit. Asked for the
-// lab it refuses to start, naming the binary that has it, and its linked packages include
-// nothing under tools/ (the lab's replicas, the drill, the chaos run).
+// module is the module path of the binary's packages, as its symbols spell them.
+const module = "github.com/oncepay/oncepay"
+
+// TestTheServiceBinaryHasNoLab: bin/oncepay carries none of the training kit. Its linked
+// packages include nothing under tools/ (the lab's replicas, the drill, the chaos run), so no
+// setting can mount the lab's routes or turn its faults on: they live in the training kit's
+// own build, whose settings the service does not read.
 func TestTheServiceBinaryHasNoLab(t *testing.T) {
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	cmd := exec.Command(bin)
-	cmd.Env = cleanEnv(map[string]string{"ONCEPAY_LAB": "true", "ONCEPAY_DATA_DIR": filepath.Join(dir, "data"), "ONCEPAY_HTTP_ADDR": "127.0.0.1:0"})
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
-		t.Fatalf("bin/oncepay with ONCEPAY_LAB=true: err = %v, want a non-zero exit; stderr:\n%s", err, stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "bin/oncepay-lab") {
-		t.Errorf("the refusal does not name bin/oncepay-lab:\n%s", stderr.String())
-	}
-	if _, err := os.Stat(filepath.Join(dir, "data")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the refused start created its data directory (%v)", err)
-	}
 	out, err := exec.Command("go", "version", "-m", bin).Output()
 	if err != nil {
 		t.Fatalf("go version -m: %v", err)
@@ -184,15 +172,15 @@ func TestTheServiceBinaryHasNoLab(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go tool nm: %v", err)
 	}
-	if !strings.Contains(string(out), "github.com/oncepay/oncepay") {
+	if !strings.Contains(string(out), module) {
 		t.Fatalf("go version -m does not name the module:\n%s", out)
 	}
 	for line := range strings.Lines(string(nm)) {
-		if strings.Contains(line, "oncepay/oncepay/tools/") {
+		if strings.Contains(line, module+"/tools/") {
 			t.Fatalf("bin/oncepay links the training kit: %s", strings.TrimSpace(line))
 		}
 	}
-	if !strings.Contains(string(nm), "oncepay/oncepay/internal/app.") {
+	if !strings.Contains(string(nm), module+"/internal/app.") {
 		t.Error("go tool nm shows no symbol of internal/app: is it reading the binary?")
 	}
 }

@@ -2,9 +2,9 @@
 // more correct: the bench (bench/) turns layers off to price each one, and the training lab
 // (tools/lab) turns them off to reproduce the incident each one stops. A service that adopts
 // the kit never imports it; the guard it builds with idempotent.New is the one the package
-// documentation of idempotent describes. (oncepay's own service does, for one fault of its
-// drills: ONCEPAY_CHAOS_PAYMENT_DELAY is a BeforeWork.) The switches are kept out of idempotent.Config so that the kit's
-// public surface is what a service needs.
+// documentation of idempotent describes (oncepay's service binary never sets a switch: its
+// tests and its training kit's lab binary do, through app.Deps.GuardConfig). The switches are
+// kept out of idempotent.Config so that the kit's public surface is what a service needs.
 package idemlab
 
 import (
@@ -34,9 +34,9 @@ type Lab struct {
 	// 003, the default). bench/results/dedup-placement.md has the measurements that chose the default.
 	RecordFirst bool
 	// BeforeWork, when set, runs after the lock is taken and before the transaction begins;
-	// an error from it ends the attempt with nothing stored. oncepay uses it for
-	// ONCEPAY_CHAOS_PAYMENT_DELAY: a slow upstream held under the lock (I4) without holding a
-	// database transaction open; the lab uses it to pause a lease holder (I10).
+	// an error from it ends the attempt with nothing stored. oncepay's training kit uses it
+	// for ONCEPAY_CHAOS_PAYMENT_DELAY, a slow upstream held under the lock (I4) without holding
+	// a database transaction open, and to pause a lease holder (I10).
 	BeforeWork func(ctx context.Context, k idempotent.Key) error
 	// ForgetLease, when set and true for an attempt that took the lease, deletes that lease
 	// from Redis right after it was taken, before BeforeWork: what a Redis failover does to a

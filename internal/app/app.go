@@ -22,7 +22,6 @@ import (
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/httpkey"
-	"github.com/oncepay/oncepay/idempotent/idemlab"
 	"github.com/oncepay/oncepay/idempotent/idemops"
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/anomaly"
@@ -101,18 +100,20 @@ type App struct {
 	consumersReady func() bool
 }
 
-// Deps lets tests hand in connections they own; nil fields are opened from the config.
+// Deps lets tests hand in connections they own (nil fields are opened from the config), and
+// lets another build of the service add to it. The service's own binary sets none of it.
 type Deps struct {
 	DB    *gorm.DB
 	Redis *redisx.Conn
 	Kafka *kafka.Cluster
-	// Routes, when set, mounts routes of another build beside the API: the training kit's lab
-	// (tools/lab) in bin/oncepay-lab. The service's own binary sets none.
+	// Routes, when set, mounts routes of another build beside the API, on the router of
+	// routes.go: the training kit's lab (tools/lab) in bin/oncepay-lab.
 	Routes func(a *App, r chi.Router)
-	// GuardLab weakens the guard for the bench (bench/), which prices it on the real routes
-	// with idemlab's Lab.Unguarded; the service sets none. ONCEPAY_CHAOS_PAYMENT_DELAY's hook
-	// is added to it.
-	GuardLab idemlab.Lab
+	// GuardConfig, when set, rewrites the guard's configuration before the guard is built:
+	// the bench (bench/) and the training kit add idempotent/idemlab's switches with it
+	// (idemlab.With) — a layer turned off, a pause under the lease — and tests slow a payment
+	// down. The guard a service runs is built from its Config alone.
+	GuardConfig func(idempotent.Config) idempotent.Config
 }
 
 // New builds an instance from cfg: it opens (or takes) every dependency, migrates, seeds the
@@ -125,19 +126,6 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		}
 	}()
 	a.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	// ONCEPAY_CHAOS_CLOCK_OFFSET: the instance's wall clock runs off the machine's, for the
-	// chaos run's clock skew (internal/platform/clock). The clock is the process's, as a real
-	// clock is: zero leaves it as it is, for the tests that run several instances in one process.
-	if cfg.ChaosClockOffset != 0 {
-		clock.SetOffset(time.Duration(cfg.ChaosClockOffset))
-		slog.WarnContext(ctx, "chaos: this instance's wall clock runs off the machine's", "offset", cfg.ChaosClockOffset.String())
-	}
-
-	// ONCEPAY_CHAOS_REDIS_ROUTES: the chaos run's proxies in front of every Redis node.
-	if len(cfg.ChaosRedisRoutes) > 0 {
-		redisx.SetRoutes(cfg.ChaosRedisRoutes)
-	}
 
 	// Snowflake ids, one node per instance.
 	if a.IDs, err = ids.New(cfg.NodeID); err != nil {
@@ -188,10 +176,7 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 	// The guard knows no SQL driver, request id or error type of ours: they come in here.
 	// Every Redis key it writes — tokens, replay cache, locks, consumer markers and the job
 	// locks of idemops.RunLocked — starts with ONCEPAY_REDIS_PREFIX.
-	//
-	// The bench's switches and the chaos hook of ONCEPAY_CHAOS_PAYMENT_DELAY come with
-	// idemlab.With; zero, and the guard whole, without them.
-	a.Guard = idempotent.New(a.DB, a.Redis.Client, idemlab.With(idempotent.Config{
+	guardCfg := idempotent.Config{
 		KeyPrefix:          cfg.RedisPrefix,
 		LockTTL:            cfg.LockTTL,
 		TokenTTL:           cfg.IdempotencyTokenTTL,
@@ -204,7 +189,11 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		RequestID:          requestid.From,
 		// The kit names its metrics idempotency_*; oncepay's /metrics has them as oncepay_*.
 		Registerer: prometheus.WrapRegistererWithPrefix("oncepay_", a.Registry),
-	}, guardLab(deps.GuardLab, cfg)))
+	}
+	if deps.GuardConfig != nil {
+		guardCfg = deps.GuardConfig(guardCfg)
+	}
+	a.Guard = idempotent.New(a.DB, a.Redis.Client, guardCfg)
 	a.idem, a.adminIdem = idem.HTTP(a.Guard), idem.AdminHTTP(a.Guard)
 
 	// Domain stores and services.
@@ -433,34 +422,5 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 func (a *App) Close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		_ = a.closers[i]()
-	}
-}
-
-// chaosDelay is ONCEPAY_CHAOS_PAYMENT_DELAY, a fault for drills: every payment notification
-// sleeps d while it holds its lock, before its transaction begins, so that the watchdog's
-// renewals (I4) can be watched. Zero means no hook.
-// guardLab is the guard's Lab: the bench's switches, if any, and the chaos hook of
-// ONCEPAY_CHAOS_PAYMENT_DELAY when no BeforeWork is set.
-func guardLab(lab idemlab.Lab, cfg config.Config) idemlab.Lab {
-	if lab.BeforeWork == nil {
-		lab.BeforeWork = chaosDelay(cfg.ChaosPaymentDelay, notify.BizTypeTrade)
-	}
-	return lab
-}
-
-func chaosDelay(d time.Duration, bizType string) func(ctx context.Context, k idempotent.Key) error {
-	if d <= 0 {
-		return nil
-	}
-	return func(ctx context.Context, k idempotent.Key) error {
-		if k.BizType != bizType {
-			return nil
-		}
-		select {
-		case <-time.After(d):
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
 	}
 }

@@ -304,12 +304,12 @@ func TestBillAppliesPaymentsWhoseNotificationsWereLost(t *testing.T) {
 }
 
 // TestCancelWhileItsPaymentIsBeingApplied: the buyer paid, and a copy of the notification is
-// being applied (slowly, ONCEPAY_CHAOS_PAYMENT_DELAY) when the cancel asks the channel. The
+// being applied (slowly, apptest.SlowTrades) when the cancel asks the channel. The
 // cancel cannot apply the payment itself (the payment's key is in use): 503 unavailable, not
 // the payment key's 409, and nothing stored; once the payment is applied, the same cancel key
 // answers 409 illegal_state.
 func TestCancelWhileItsPaymentIsBeingApplied(t *testing.T) {
-	s := channelServer(t, func(c *config.Config) { c.ChaosPaymentDelay = 1500 * time.Millisecond })
+	s := apptest.StartOn(t, apptest.SlowTrades(apptest.NewDeps(t), 1500*time.Millisecond), channelJobs)
 	s.App.Channel.SetFaults(channelsim.Faults{DropNotifications: 1})
 	o, tv := openTrade(t, s, "cs", "SKU-1002")
 	if err := s.App.Channel.Pay(o.OrderID); err != nil {

@@ -27,10 +27,12 @@ import (
 // channelServer starts an instance whose jobs only run on demand.
 func channelServer(t *testing.T, opts ...apptest.Option) *apptest.Server {
 	t.Helper()
-	opts = append([]apptest.Option{func(c *config.Config) {
-		c.CloseJobInterval, c.ReconcileJobInterval, c.RefundJobInterval = time.Hour, time.Hour, time.Hour
-	}}, opts...)
-	return apptest.Start(t, opts...)
+	return apptest.Start(t, append([]apptest.Option{channelJobs}, opts...)...)
+}
+
+// channelJobs keeps the close, reconcile and refund jobs out of the way: each runs hourly.
+func channelJobs(c *config.Config) {
+	c.CloseJobInterval, c.ReconcileJobInterval, c.RefundJobInterval = time.Hour, time.Hour, time.Hour
 }
 
 // openTrade creates an order for alice and opens its channel trade.

@@ -171,12 +171,10 @@ func startGroup(t *testing.T) []*member {
 		t.Cleanup(func() { _ = rdb.Close() })
 		cluster := &kafkax.Cluster{Brokers: broker.Brokers, Dial: sw.dial}
 		deps := app.Deps{DB: apptest.OpenPool(t, db, dsn), Redis: &redisx.Conn{Client: rdb}, Kafka: cluster}
-		members[i] = startMember(t, deps, func(c *config.Config) {
-			c.NodeID = int64(i + 1)
-			if i == 0 {
-				c.ChaosPaymentDelay = victimDelay
-			}
-		})
+		if i == 0 {
+			deps = apptest.SlowTrades(deps, victimDelay)
+		}
+		members[i] = startMember(t, deps, func(c *config.Config) { c.NodeID = int64(i + 1) })
 		members[i].net = sw
 	}
 	return members

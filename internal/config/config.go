@@ -104,21 +104,6 @@ type Config struct {
 	RedisFailureMode RedisFailureMode `env:"ONCEPAY_REDIS_FAILURE_MODE" envDefault:"degrade"`
 	// NodeID is this instance's snowflake node id, 0..1023, distinct per instance.
 	NodeID int64 `env:"ONCEPAY_NODE_ID" envDefault:"1" envHint:"use a number in 0..1023, distinct per instance"`
-	// Lab mounts the naive replicas of the articles' bugs under /lab/ for drills.
-	Lab bool `env:"ONCEPAY_LAB" envDefault:"false"`
-	// ChaosPaymentDelay is a drill-only fault: sleep this long inside payment processing while
-	// holding the lock.
-	ChaosPaymentDelay time.Duration `env:"ONCEPAY_CHAOS_PAYMENT_DELAY" envDefault:"0s"`
-	// ChaosClockOffset is a drill-only fault: the instance's wall clock (internal/platform/clock)
-	// runs this far off the machine's, ahead or (negative) behind, for the chaos run's clock
-	// skew. Every timestamp the instance stamps and every decision it takes on its own clock
-	// moves with it; what must agree across instances takes the database's clock.
-	ChaosClockOffset ClockOffset `env:"ONCEPAY_CHAOS_CLOCK_OFFSET" envDefault:"0s" envHint:"use a signed duration such as 10m or -10m"`
-	// ChaosRedisRoutes is a drill-only seam: Redis addresses the instance dials at another
-	// address, "real=proxy,…", so that the chaos run's proxies stand between each instance
-	// and every node of a Redis Cluster, whose clients dial the addresses the nodes announce
-	// (internal/platform/redisx, SetRoutes).
-	ChaosRedisRoutes map[string]string `env:"ONCEPAY_CHAOS_REDIS_ROUTES" envKeyValSeparator:"="`
 	// IdempotencyTokenTTL is how long a one-time token of POST /v1/idempotency-tokens stays
 	// usable (I7); at least 1s. Redis keeps the expiry, on its own clock.
 	IdempotencyTokenTTL time.Duration `env:"ONCEPAY_IDEMPOTENCY_TOKEN_TTL" envDefault:"10m"`
@@ -188,12 +173,6 @@ type Config struct {
 	// (GET /v1/admin/events); the purge-events job deletes older ones.
 	EventRetention time.Duration `env:"ONCEPAY_EVENT_RETENTION" envDefault:"720h"`
 }
-
-// ClockOffset is a signed duration: how far the instance's wall clock runs off the machine's.
-type ClockOffset time.Duration
-
-// String is the offset as time.Duration writes it, such as -10m0s.
-func (o ClockOffset) String() string { return time.Duration(o).String() }
 
 // Channel is one payment channel of ONCEPAY_CHANNELS.
 type Channel struct {
@@ -343,10 +322,6 @@ var parsers = map[reflect.Type]env.ParserFunc{
 			err = errors.New("negative")
 		}
 		return d, err
-	},
-	reflect.TypeFor[ClockOffset](): func(v string) (any, error) {
-		d, err := time.ParseDuration(v)
-		return ClockOffset(d), err
 	},
 	reflect.TypeFor[int](): func(v string) (any, error) { return strconv.Atoi(v) },
 	reflect.TypeFor[[]string](): func(v string) (any, error) {
@@ -526,10 +501,6 @@ func (c Config) LogValue() slog.Value {
 		slog.String("max_redelivery_window", c.MaxRedeliveryWindow.String()),
 		slog.String("redis_failure_mode", string(c.RedisFailureMode)),
 		slog.Int64("node_id", c.NodeID),
-		slog.Bool("lab", c.Lab),
-		slog.String("chaos_payment_delay", c.ChaosPaymentDelay.String()),
-		slog.String("chaos_clock_offset", c.ChaosClockOffset.String()),
-		slog.Any("chaos_redis_routes", c.ChaosRedisRoutes),
 		slog.String("idempotency_token_ttl", c.IdempotencyTokenTTL.String()),
 		slog.String("close_job_interval", c.CloseJobInterval.String()),
 		slog.String("purge_job_interval", c.PurgeJobInterval.String()),

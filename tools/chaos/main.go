@@ -78,7 +78,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	m := fs.String("mode", "short", "short (CI: ≥ 1,000 deliveries, < 3 min) or full (≥ 10,000 deliveries)")
 	out := fs.String("out", "", "directory for history.jsonl, summary.json, report.html and the servers' logs (default chaos-out/<mode>-<time>)")
-	bin := fs.String("oncepay", "bin/oncepay", "the oncepay binary to run three times")
+	bin := fs.String("oncepay", "bin/oncepay-lab", "the oncepay binary to run three times: the lab build, which reads the faults ONCEPAY_CHAOS_* (its /lab/ routes stay off)")
 	cluster := fs.Bool("redis-cluster", false, "run Redis as a local cluster of three masters and three replicas instead of one server, and fail masters over")
 	keep := fs.Bool("keep", false, "keep the MariaDB data directory after the run (it is deleted otherwise)")
 	var g galeraOptions

@@ -14,7 +14,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/oncepay/oncepay/internal/config"
 	okafka "github.com/oncepay/oncepay/internal/platform/kafka"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
 	"github.com/oncepay/oncepay/internal/testsupport/testenv"
@@ -42,10 +41,10 @@ func lines(events []*event) string {
 
 // TestSettleRetriesUntilFinal: a notification whose key is held by another copy is answered
 // 409 in_progress; settle sends it again, after a growing pause, until an answer is final. The
-// instance is a real one whose payments hold their key for hold (ONCEPAY_CHAOS_PAYMENT_DELAY).
+// instance is a real one whose payments hold their key for hold (apptest.SlowTrades).
 func TestSettleRetriesUntilFinal(t *testing.T) {
 	const hold = 1500 * time.Millisecond
-	s := apptest.Start(t, func(c *config.Config) { c.ChaosPaymentDelay = hold })
+	s := apptest.StartOn(t, apptest.SlowTrades(apptest.NewDeps(t), hold))
 	o := s.CreateOrder(t, apptest.AliceKey, "settle-"+apptest.RandHex(4), apptest.Item{SKU: "SKU-1001", Quantity: 1})
 	tradeNo := "T-SETTLE-" + o.OrderID
 	body := apptest.JSON(apptest.Notification(o, "alipay", tradeNo))

@@ -32,8 +32,7 @@ func TestDrillAgainstTheRealApp(t *testing.T) {
 		t.Fatalf("default configuration: %v", err)
 	}
 	// The settings of tools/drill.sh, which says why each one is what it is.
-	cfg.Lab = true
-	cfg.ChaosPaymentDelay = 7 * time.Second
+	// ONCEPAY_LAB=true and ONCEPAY_CHAOS_PAYMENT_DELAY=7s are the lab's settings (deps below).
 	cfg.LockTTL = 5 * time.Second
 	cfg.OrderTTL = 3 * time.Second
 	cfg.CloseJobInterval = time.Hour
@@ -60,7 +59,9 @@ func TestDrillAgainstTheRealApp(t *testing.T) {
 	}
 	// The channel simulator's notifications (I8, I9) come back to this instance.
 	cfg.PublicURL = "http://" + ln.Addr().String()
-	a, err := app.New(t.Context(), cfg, app.Deps{DB: testenv.DB(t), Redis: rdb, Kafka: testenv.Kafka(t), Routes: lab.Mount})
+	deps := lab.Settings{Lab: true, PaymentDelay: 7 * time.Second}.Deps()
+	deps.DB, deps.Redis, deps.Kafka = testenv.DB(t), rdb, testenv.Kafka(t)
+	a, err := app.New(t.Context(), cfg, deps)
 	if err != nil {
 		_ = ln.Close()
 		t.Fatalf("app.New: %v", err)

@@ -1,7 +1,9 @@
-// Command oncepay-lab is oncepay with the training kit's lab mounted under /lab/
-// (ONCEPAY_LAB=true): the naive replicas of the incidents' bugs that tools/drill runs beside the
-// real routes. It is the service's binary plus one route hook (tools/lab.Mount); bin/oncepay
-// carries no lab route. `make drill` builds and starts it.
+// Command oncepay-lab is oncepay with the training kit's hooks: the naive replicas of the
+// incidents' bugs under /lab/ (ONCEPAY_LAB=true), which tools/drill runs beside the real
+// routes, and the faults of the drill and the chaos run (ONCEPAY_CHAOS_*). It is the
+// service's binary plus tools/lab's Settings, which it reads beside the service's
+// configuration and hands app.New as Deps; bin/oncepay reads none of them and carries no lab
+// route. `make drill` and `make chaos` build and start it.
 package main
 
 import (
@@ -33,8 +35,13 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	slog.InfoContext(ctx, "starting oncepay with the lab", "config", cfg)
-	a, err := app.New(ctx, cfg, app.Deps{Routes: lab.Mount})
+	settings, err := lab.LoadSettings()
+	if err != nil {
+		return fmt.Errorf("invalid lab settings: %w", err)
+	}
+	slog.InfoContext(ctx, "starting oncepay with the training kit's hooks", "config", cfg, "lab", settings)
+	settings.Apply(ctx)
+	a, err := app.New(ctx, cfg, settings.Deps())
 	if err != nil {
 		return err
 	}
