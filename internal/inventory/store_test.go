@@ -42,16 +42,6 @@ func stockOf(t *testing.T, conn *gorm.DB, sku string) stock {
 	return stock{it.Available, it.Reserved, it.Sold}
 }
 
-// movements counts the movement rows of order on conn.
-func movements(t *testing.T, conn *gorm.DB, orderID int64) int64 {
-	t.Helper()
-	var n int64
-	if err := conn.Table("inventory_movements").Where("order_id = ?", orderID).Count(&n).Error; err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestPutAndEnsure: Put sets absolute values, so repeating it changes nothing more; Ensure
 // creates a missing SKU and never overwrites an existing one.
 func TestPutAndEnsure(t *testing.T) {
