@@ -282,11 +282,23 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		degraded = res.Degraded
 	}
 
-	// Layers 2 and 3 in one round trip: a finished outcome in the replay cache answers
-	// without the database; otherwise the lease (I4) lets one attempt at a time through, and
-	// its watchdog cancels the work if the lease is lost.
+	// Layers 2 and 3. A finished outcome in the replay cache answers without the database.
+	// A request with work outside the transaction (Before, After) also takes the lease (I4),
+	// in the same round trip: one attempt at a time runs the outside call, and the watchdog
+	// cancels the work if the lease is lost. A request without one asks the cache alone: the
+	// record's unique key is its fence, and its copies wait for the first (below).
 	workCtx := ctx
-	l, cached, cerr := g.claim(ctx, req)
+	fenced := g.fencedByRecord(req)
+	var (
+		l      *lease
+		cached *cached
+		cerr   error
+	)
+	if fenced {
+		cached, cerr = g.cacheGet(ctx, req.Key)
+	} else {
+		l, cached, cerr = g.claim(ctx, req)
+	}
 	switch {
 	case errors.Is(cerr, errLockBusy):
 		return g.logged(ctx, req, Result{Outcome: InProgress, Layer: layerLock}, ErrKeyInUse, start, http.StatusConflict)
@@ -349,9 +361,11 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		}
 	}
 
-	// Layer 4, the dedup record (I3): in the work's own transaction. Without a lease (no
-	// Redis, or Redis down) the copies of this request at this guard wait for the first.
-	if l == nil && (g.rdb == nil || cerr != nil) {
+	// Layer 4, the dedup record (I3): in the work's own transaction. Without a lease the
+	// copies of this request at this guard wait for the first one's answer (flights), holding
+	// no database connection; a copy at another instance waits on the first one's uncommitted
+	// record, then replays it: at most one connection per instance and key.
+	if l == nil && (fenced || g.rdb == nil || cerr != nil) {
 		name := req.Key.Scope + "\x00" + req.Key.BizType + "\x00" + req.Key.BizKey + "\x00" + req.Fingerprint
 		res, err = g.flights.do(workCtx, name, func() (Result, error) {
 			return g.runOnce(workCtx, req, work)
@@ -364,6 +378,15 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	}
 	g.finish(ctx, req, l, res, err, start, cerr == nil)
 	return res, err
+}
+
+// fencedByRecord reports whether req is fenced by its dedup record alone, with no lease: it
+// has no work outside the transaction, which its record could not undo or fence. Such a
+// request costs no Redis round trip but the cache read: its copies wait for the first one's
+// answer instead of being refused ErrKeyInUse, and its outcome reaches the replay cache after
+// the answer. The bench's and the lab's switches model the leased designs, and keep the lease.
+func (g *Guard) fencedByRecord(req Request) bool {
+	return req.Before == nil && req.After == nil && g.rdb != nil && !g.cfg.Lab.set()
 }
 
 // errPanicked stands for the error of an attempt whose work panicked, in its attempt log.
@@ -383,6 +406,11 @@ func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, e
 	case l != nil:
 		l.release(bg, fill)
 	case !redisUp || g.rdb == nil || (g.cfg.Lab.NoLock && g.cfg.Lab.NoCache):
+		return
+	case fill != nil && g.fencedByRecord(req):
+		// Off the answer's path, with the attempt: a copy that comes before the fill lands
+		// finds the record instead.
+		g.log.addFill(req.Key, g.newAttempt(ctx, req, res, err, start), fill)
 		return
 	case fill != nil:
 		g.cachePut(bg, req.Key, fill)

@@ -25,6 +25,13 @@ type lab struct {
 	Unguarded   bool
 }
 
+// set reports whether any switch is on: the guard then runs a design the lab or the bench
+// models, with the lease on every request (Guard.fencedByRecord).
+func (l lab) set() bool {
+	return l.NoLock || l.NoWatchdog || l.NoCache || l.RedsyncLock || l.RecordFirst || l.Unguarded ||
+		l.BeforeWork != nil || l.ForgetLease != nil
+}
+
 // settings is the guard's configuration: the Config it was given, defaults applied, and the
 // lab's switches that Config carried.
 type settings struct {

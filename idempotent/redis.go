@@ -175,14 +175,8 @@ func (g *Guard) claim(ctx context.Context, req Request) (*lease, *cached, error)
 // one, kept to compare the two in the bench.
 func (g *Guard) claimRedsync(ctx context.Context, k Key) (*lease, *cached, error) {
 	if !g.cfg.Lab.NoCache {
-		raw, err := g.rdb.Get(ctx, g.cacheKey(k)).Bytes()
-		switch {
-		case err == nil:
-			if c, ok := decodeCached(raw); ok {
-				return nil, &c, nil
-			}
-		case !errors.Is(err, redis.Nil):
-			return nil, nil, errors.Join(errRedisDown, err)
+		if c, err := g.cacheGet(ctx, k); c != nil || err != nil {
+			return nil, c, err
 		}
 	}
 	if g.cfg.Lab.NoLock {
@@ -190,6 +184,22 @@ func (g *Guard) claimRedsync(ctx context.Context, k Key) (*lease, *cached, error
 	}
 	l, err := g.lockRedsync(ctx, g.leaseKey(k), k)
 	return l, nil, err
+}
+
+// cacheGet returns the replay cache's outcome of k, or nil: the one round trip of a request
+// fenced by its record (Guard.fencedByRecord).
+func (g *Guard) cacheGet(ctx context.Context, k Key) (*cached, error) {
+	raw, err := g.rdb.Get(ctx, g.cacheKey(k)).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, nil
+	case err != nil:
+		return nil, errors.Join(errRedisDown, err)
+	}
+	if c, ok := decodeCached(raw); ok {
+		return &c, nil
+	}
+	return nil, nil // unreadable: let the dedup record answer
 }
 
 // cachePut stores a committed outcome for CacheTTL; failures are only counted, never fatal.
@@ -403,8 +413,9 @@ type attemptLog struct {
 }
 
 type queuedAttempt struct {
-	key Key
-	a   *attempt
+	key  Key
+	a    *attempt
+	fill []byte // the replay cache's entry for key, sent before the attempt; nil for none
 }
 
 // maxQueuedAttempts bounds the memory the log takes while Redis does not keep up.
@@ -413,7 +424,15 @@ const maxQueuedAttempts = 8192
 // attemptLogGather is how long a queued attempt waits for others before it is sent.
 const attemptLogGather = 5 * time.Millisecond
 
-func (l *attemptLog) add(k Key, a *attempt) {
+func (l *attemptLog) add(k Key, a *attempt) { l.queue1(queuedAttempt{key: k, a: a}) }
+
+// addFill queues a with the replay cache's entry for k, the committed outcome c, which the
+// same pipeline writes: a request fenced by its record fills the cache off its answer's path.
+func (l *attemptLog) addFill(k Key, a *attempt, c *cached) {
+	l.queue1(queuedAttempt{key: k, a: a, fill: c.encode()})
+}
+
+func (l *attemptLog) queue1(q queuedAttempt) {
 	if l.g.rdb == nil {
 		return
 	}
@@ -423,7 +442,7 @@ func (l *attemptLog) add(k Key, a *attempt) {
 		l.g.metrics.attemptsDropped.Inc()
 		return
 	}
-	l.queue = append(l.queue, queuedAttempt{key: k, a: a})
+	l.queue = append(l.queue, q)
 	if !l.sending {
 		l.sending = true
 		go l.drain()
@@ -469,6 +488,9 @@ func (l *attemptLog) send(batch []queuedAttempt) {
 	defer cancel()
 	pipe := g.rdb.Pipeline()
 	for _, q := range batch {
+		if q.fill != nil {
+			pipe.Set(ctx, g.cacheKey(q.key), q.fill, g.cfg.CacheTTL)
+		}
 		a := q.a
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: g.logKey(q.key), MaxLen: 64, Approx: true, Values: []any{
 			"t", a.at.UnixMilli(), "rid", a.rid, "via", a.via, "outcome", a.outcome, "layer", a.layer,
