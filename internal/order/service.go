@@ -132,16 +132,6 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines [
 	return o, b.Send(ctx)
 }
 
-// Open writes the new rows of an order in tx — steps 1 and 2 of Create — and touches no
-// stock: for the lab's replica that reserves stock its own (wrong) way.
-func (s *Service) Open(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
-	o, err := s.priced(ctx, tx, userID, lines)
-	if err != nil {
-		return Order{}, err
-	}
-	return o, s.insertNew(ctx, tx, o, lines)
-}
-
 // priced is a new PENDING_PAYMENT order of lines for userID at today's prices, not written.
 func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
 	// The order's times come from the database's clock, read with the prices, as the close
@@ -164,16 +154,6 @@ func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines [
 		return Order{}, apperr.ErrInvalidRequest.Withf("the order's total %d exceeds 10^10 cents", o.Amount)
 	}
 	return o, nil
-}
-
-// insertNew writes o, its items, its order.created event (the order.events message and the
-// merchant's event, one id) and its stock movements in one round trip.
-func (s *Service) insertNew(ctx context.Context, tx *gorm.DB, o Order, lines []Line) error {
-	msg, ev, err := s.event(ctx, o, outbox.OrderCreated)
-	if err != nil {
-		return err
-	}
-	return database.Insert(ctx, tx, &o, &o.Items, msg, ev, s.stock.rows(Reserve, o.ID, lines))
 }
 
 // Get returns order id if it belongs to userID; another user's order is ErrNotFound.
