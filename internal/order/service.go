@@ -136,7 +136,7 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines [
 func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
 	// The order's times come from the database's clock, read with the prices, as the close
 	// job's "now" does, so that an order expires the TTL after it was placed whatever the
-	// clock of the instance that placed it says (docs/chaos.md, "Clock skew").
+	// clock of the instance that placed it says (docs/incidents.md, I5).
 	prices, now, err := s.stock.prices(ctx, tx, lines)
 	if err != nil {
 		return Order{}, err
@@ -241,7 +241,7 @@ func (s *Service) closeOnce(ctx context.Context, id int64) (bool, error) {
 			return err
 		}
 		// Expired by the database's clock, not this instance's: one running ahead once closed
-		// orders before their expires_at (docs/chaos.md, "Clock skew").
+		// orders before their expires_at (docs/incidents.md, I5).
 		now, err := database.Now(ctx, tx)
 		if err != nil || now.Before(o.ExpiresAt) {
 			return err
@@ -358,7 +358,7 @@ func (s *Service) Lookup(ctx context.Context, db *gorm.DB, id int64) (Order, err
 }
 
 // ExpiredIDs returns up to limit orders past their expiry by the database's clock, still
-// unpaid. The instance's clock may run minutes off the others' (docs/chaos.md, "Clock skew").
+// unpaid. The instance's clock may run minutes off the others' (docs/incidents.md, I5).
 func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]int64, error) {
 	now, err := database.Now(ctx, s.db)
 	if err != nil {
