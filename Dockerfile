@@ -3,7 +3,7 @@
 # oncepay image: a static Go build in a pinned toolchain image, shipped on distroless as a
 # non-root user. Two binaries go in: /oncepay (the server; `/oncepay migrate` applies the
 # embedded migrations) and /channelsim (the payment channel simulator, which docker-compose.yml
-# runs as a service of its own). The training kit (tools/: the drill, the chaos run, the lab)
+# runs as a service of its own). The training kit (the drill, the chaos run, the lab)
 # is not the service and is not in the image.
 # deploy/compose_test.go checks the properties below (pinned bases, CGO off, non-root).
 

@@ -33,7 +33,7 @@ func goList(t *testing.T, args ...string) []string {
 }
 
 // TestImportsNothingOfOncepay: the client's build (tests excluded) holds no package of this
-// repository but itself — no internal/, no tools/, not even the idempotency kit — so that a
+// repository but itself — no internal/, no training kit, not even the idempotency kit — so that a
 // merchant's program that imports it gets the HTTP contract and nothing of the server.
 func TestImportsNothingOfOncepay(t *testing.T) {
 	t.Parallel()

@@ -605,8 +605,8 @@ func (g *Guard) afterDuplicate(ctx context.Context, req Request, err error, lost
 }
 
 // resolveCommit answers an attempt whose COMMIT lost its answer with its connection (the
-// commit_answer_lost fault of docs/chaos.md): the transaction committed or it did not, and
-// only the record, read on another connection, can tell. Found with this attempt's id (id),
+// commit_answer_lost fault of the chaos run; docs/incidents.md, I3): the transaction committed
+// or it did not, and only the record, read on another connection, can tell. Found with this attempt's id (id),
 // the commit was applied and the attempt executed; found otherwise, it is answered as the
 // record says. Not found (or the database still out of reach), the error goes back to
 // runOnce, which runs the transaction again, and the attempt is remembered in lost: the

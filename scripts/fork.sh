@@ -7,11 +7,11 @@
 # directory; the repository is left as it is). Then, in that tree, it
 #
 #   1. removes what serves this repository's learners and not your service: the training kit
-#      (tools/: the drill, the chaos run, the lab), its docs (docs/drills.md, docs/chaos.md),
-#      the blocks between the markers "fork:drop" and "/fork:drop" in any file (the Makefile's
-#      training block, .ci/run's chaos step and this command's own CI step, the README's drill
-#      and chaos sections, …) and each line marked "fork:drop-line" (a table's row), and this
-#      script itself;
+#      (tools/: the drill, the chaos run, the lab), its docs (docs/drills.md, docs/chaos.md, and
+#      bench/results/chaos.md, the chaos run's record), the blocks between the markers
+#      "fork:drop" and "/fork:drop" in any file (the Makefile's training block, .ci/run's chaos
+#      step and this command's own CI step, the README's drill and chaos sections, …) and each
+#      line marked "fork:drop-line" (a table's row, a sentence), and this script itself;
 #   2. renames the Go module path github.com/oncepay/oncepay to MODULE in every module (the
 #      root, idempotent/, examples/, examples/webhook-receiver, bench/): the idempotency kit
 #      becomes MODULE/idempotent, because the tree builds the copy it holds (the root go.mod
@@ -53,7 +53,7 @@ cd "$tree"
 echo "fork: forking $(pwd) as $module ($name)"
 
 # 1. The training kit and what only serves it.
-rm -rf tools docs/drills.md docs/chaos.md .ci/fork scripts/fork.sh
+rm -rf tools docs/drills.md docs/chaos.md bench/results/chaos.md .ci/fork scripts/fork.sh
 rmdir scripts 2>/dev/null || true
 # The tracked files that are left (in place, nothing untracked is touched), text only.
 text=()

@@ -159,7 +159,7 @@ func anyLineHasAll(lines, parts []string) bool {
 const module = "github.com/oncepay/oncepay"
 
 // TestTheServiceBinaryHasNoLab: bin/oncepay carries none of the training kit. Its linked
-// packages include nothing under tools/ (the lab's replicas, the drill, the chaos run), so no
+// packages include nothing of the training kit (the lab's replicas, the drill, the chaos run), so no
 // setting can mount the lab's routes or turn its faults on: they live in the training kit's
 // own build, whose settings the service does not read.
 func TestTheServiceBinaryHasNoLab(t *testing.T) {

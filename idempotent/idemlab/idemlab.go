@@ -1,7 +1,7 @@
 // Package idemlab holds the switches that make the idempotency guard weaker or slower, never
 // more correct: the bench (bench/) turns layers off to price each one, and the training lab
-// (tools/lab) turns them off to reproduce the incident each one stops. A service that adopts
-// the kit never imports it; the guard it builds with idempotent.New is the one the package
+// turns them off to reproduce the incident each one stops. A service that adopts the kit
+// never imports it; the guard it builds with idempotent.New is the one the package
 // documentation of idempotent describes (oncepay's service binary never sets a switch: its
 // tests and its training kit's lab binary do, through app.Deps.GuardConfig). The switches are
 // kept out of idempotent.Config so that the kit's public surface is what a service needs.

@@ -107,7 +107,7 @@ type Deps struct {
 	Redis *redisx.Conn
 	Kafka *kafka.Cluster
 	// Routes, when set, mounts routes of another build beside the API, on the router of
-	// routes.go: the training kit's lab (tools/lab) in bin/oncepay-lab.
+	// routes.go: the training kit's lab, in the lab's own build.
 	Routes func(a *App, r chi.Router)
 	// GuardConfig, when set, rewrites the guard's configuration before the guard is built:
 	// the bench (bench/) and the training kit add idempotent/idemlab's switches with it
@@ -219,7 +219,8 @@ func New(ctx context.Context, cfg config.Config, deps Deps) (_ *App, err error) 
 		Tolerance: cfg.SignatureTolerance, KafkaWindow: cfg.MaxRedeliveryWindow,
 		// A report's signed time is checked against the instance's clock: one that runs off
 		// by more than the tolerance refuses honest reports with 401, which stores nothing,
-		// and the channel's next attempt, on another instance, applies (docs/chaos.md).
+		// and the channel's next attempt, on another instance, applies
+		// (TestReportRefusedOnClockPastTolerance).
 		Now: clock.Now,
 	}, map[notify.Kind]notify.Applier{
 		notify.Trade:    a.payments,

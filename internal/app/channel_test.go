@@ -1,6 +1,8 @@
 package app_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/platform/database"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 	"github.com/oncepay/oncepay/internal/refund"
 	"github.com/oncepay/oncepay/internal/testsupport/apptest"
@@ -152,10 +155,33 @@ func TestDroppedNotificationsReconcileAndCloseJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.WaitExpired(t, paidB.OrderID, unpaid.OrderID, noTrade.OrderID)
+
+	// The channel closes the unpaid order's trade but its answer is lost (I8): the job cannot
+	// tell that the trade is closed, and leaves the order open until its next run. So does any
+	// call that outlasts the channel's timeout — 500 ms in tests, which a -race build on a
+	// loaded machine can exceed — so no check here may expect one run to close every order.
+	s.App.Channel.SetFaults(channelsim.Faults{DropNotifications: 1, TimeoutAfterApply: 1})
 	var closed struct{ Closed int64 }
 	adminRun(t, s, "close-expired-orders", nil, &closed)
-	if closed.Closed != 2 {
-		t.Errorf("close job closed %d, want 2 (the unpaid one with a trade, and the one without)", closed.Closed)
+	if closed.Closed != 1 {
+		t.Errorf("close job with the channel's answers lost closed %d, want 1 (the order without a trade); %s",
+			closed.Closed, closeJobState(t, s, paidB.OrderID, unpaid.OrderID, noTrade.OrderID))
+	}
+	if st := s.Order(t, unpaid.OrderID).Status; st != order.PendingPayment {
+		t.Errorf("the unpaid order is %s after a close whose answer was lost, want %s until the job asks again", st, order.PendingPayment)
+	}
+	s.App.Channel.SetFaults(channelsim.Faults{DropNotifications: 1})
+	var later int64
+	apptest.Eventually(t, 20*time.Second, "the unpaid order closed by a later run", func() (bool, string) {
+		var run struct{ Closed int64 }
+		adminRun(t, s, "close-expired-orders", nil, &run)
+		later += run.Closed
+		st := s.Order(t, unpaid.OrderID).Status
+		return st == order.Closed, string(st)
+	})
+	if later != 1 {
+		t.Errorf("later runs closed %d, want 1 (the unpaid order); %s",
+			later, closeJobState(t, s, paidB.OrderID, unpaid.OrderID, noTrade.OrderID))
 	}
 	waitStatus(t, s, paidB.OrderID, order.Paid)
 	waitStatus(t, s, unpaid.OrderID, order.Closed)
@@ -168,6 +194,29 @@ func TestDroppedNotificationsReconcileAndCloseJob(t *testing.T) {
 	if n := s.Count(t, "anomalies", "kind = ?", "paid_after_close"); n != 0 {
 		t.Errorf("%d paid_after_close anomalies, want 0", n)
 	}
+}
+
+// closeJobState describes what the close job saw of orders ids: each order's status and
+// expiry, its trades row and the channel's trade, with the database's clock, so that a close
+// job that left an order open says which and in what state.
+func closeJobState(t *testing.T, s *apptest.Server, ids ...string) string {
+	t.Helper()
+	now, err := database.Now(context.Background(), s.DB)
+	out := fmt.Sprintf("database clock %s (err %v)", now.Format(time.RFC3339Nano), err)
+	channelTrades := map[string]channelsim.TradeRecord{}
+	for _, tr := range s.App.Channel.State().Trades {
+		channelTrades[tr.OutTradeNo] = tr
+	}
+	for _, id := range ids {
+		o := s.Order(t, id)
+		var rows []payment.Trade
+		if err := s.DB.Where("out_trade_no = ?", id).Find(&rows).Error; err != nil {
+			t.Errorf("the trades rows of %s: %v", id, err)
+		}
+		out += fmt.Sprintf("; order %s %s expires %s, trades rows %+v, channel %+v",
+			id, o.Status, o.ExpiresAt.Format(time.RFC3339Nano), rows, channelTrades[id])
+	}
+	return out
 }
 
 // paidOrder opens a trade for a new order and has the buyer pay it.

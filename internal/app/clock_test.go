@@ -16,7 +16,7 @@ import (
 // ONCEPAY_SIGNATURE_TOLERANCE (5 min) — refuses an honest, freshly signed report with 401
 // invalid_signature and stores nothing; the same report, once the clock is right (on another
 // instance, for the channel's next attempt), pays the order once. The refusal is oncepay's
-// answer to a clock it cannot trust, documented in docs/chaos.md, "Clock skew".
+// answer to a clock it cannot trust.
 func TestReportRefusedOnClockPastTolerance(t *testing.T) {
 	s := apptest.Start(t)
 	o := s.CreateOrder(t, apptest.AliceKey, "skewed-report", apptest.Item{SKU: "SKU-1001", Quantity: 1})

@@ -13,9 +13,9 @@ import (
 // TestPartialRefundsSucceedingTogetherRefundTheOrder: two partial refunds that add up to the
 // order's amount, taken at the same moment, succeed at the channel at the same moment, and
 // their two notifications are applied concurrently. Each must see the other: the order ends
-// REFUNDED with its stock back. Found by the chaos run (tools/cmd/chaos): without the order's row
-// lock and a current read of the refunds' sum, each transaction counted only its own refund
-// and the order stayed PAID although everything was refunded.
+// REFUNDED with its stock back. Found by the chaos run: without the order's row lock and a
+// current read of the refunds' sum, each transaction counted only its own refund and the order
+// stayed PAID although everything was refunded.
 func TestPartialRefundsSucceedingTogetherRefundTheOrder(t *testing.T) {
 	s := channelServer(t)
 	const orders = 6

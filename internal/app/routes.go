@@ -112,8 +112,8 @@ func (a *App) routes(metrics *web.Metrics) http.Handler {
 			r.Get("/events", a.feed.ListHandler)
 		})
 	})
-	// Routes of another build beside the API — the training kit's lab replicas
-	// (tools/lab, in bin/oncepay-lab); bin/oncepay has none.
+	// Routes of another build beside the API — the training kit's lab replicas, in the lab's
+	// own build; bin/oncepay has none.
 	if a.extra != nil {
 		a.extra(a, r)
 	}

@@ -132,21 +132,11 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, userID int64, lines [
 	return o, b.Send(ctx)
 }
 
-// Open writes the new rows of an order in tx — steps 1 and 2 of Create — and touches no
-// stock: for the lab's replica that reserves stock its own (wrong) way.
-func (s *Service) Open(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
-	o, err := s.priced(ctx, tx, userID, lines)
-	if err != nil {
-		return Order{}, err
-	}
-	return o, s.insertNew(ctx, tx, o, lines)
-}
-
 // priced is a new PENDING_PAYMENT order of lines for userID at today's prices, not written.
 func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines []Line) (Order, error) {
 	// The order's times come from the database's clock, read with the prices, as the close
 	// job's "now" does, so that an order expires the TTL after it was placed whatever the
-	// clock of the instance that placed it says (docs/chaos.md, "Clock skew").
+	// clock of the instance that placed it says (docs/incidents.md, I5).
 	prices, now, err := s.stock.prices(ctx, tx, lines)
 	if err != nil {
 		return Order{}, err
@@ -164,16 +154,6 @@ func (s *Service) priced(ctx context.Context, tx *gorm.DB, userID int64, lines [
 		return Order{}, apperr.ErrInvalidRequest.Withf("the order's total %d exceeds 10^10 cents", o.Amount)
 	}
 	return o, nil
-}
-
-// insertNew writes o, its items, its order.created event (the order.events message and the
-// merchant's event, one id) and its stock movements in one round trip.
-func (s *Service) insertNew(ctx context.Context, tx *gorm.DB, o Order, lines []Line) error {
-	msg, ev, err := s.event(ctx, o, outbox.OrderCreated)
-	if err != nil {
-		return err
-	}
-	return database.Insert(ctx, tx, &o, &o.Items, msg, ev, s.stock.rows(Reserve, o.ID, lines))
 }
 
 // Get returns order id if it belongs to userID; another user's order is ErrNotFound.
@@ -261,7 +241,7 @@ func (s *Service) closeOnce(ctx context.Context, id int64) (bool, error) {
 			return err
 		}
 		// Expired by the database's clock, not this instance's: one running ahead once closed
-		// orders before their expires_at (docs/chaos.md, "Clock skew").
+		// orders before their expires_at (docs/incidents.md, I5).
 		now, err := database.Now(ctx, tx)
 		if err != nil || now.Before(o.ExpiresAt) {
 			return err
@@ -378,7 +358,7 @@ func (s *Service) Lookup(ctx context.Context, db *gorm.DB, id int64) (Order, err
 }
 
 // ExpiredIDs returns up to limit orders past their expiry by the database's clock, still
-// unpaid. The instance's clock may run minutes off the others' (docs/chaos.md, "Clock skew").
+// unpaid. The instance's clock may run minutes off the others' (docs/incidents.md, I5).
 func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]int64, error) {
 	now, err := database.Now(ctx, s.db)
 	if err != nil {

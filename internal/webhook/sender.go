@@ -188,8 +188,8 @@ type Claimed struct {
 // count the candidate was read with: of two senders that read the same candidate only one
 // matches, and rows affected decides. "Now" is the database's clock, read once per claim:
 // every sender compares every lease and due time with the one clock they all share, so that
-// a sender whose own clock runs ahead takes no lease that is still held (docs/chaos.md,
-// "Clock skew").
+// a sender whose own clock runs ahead takes no lease that is still held
+// (TestLeaseHeldAgainstClockAhead).
 func (s *Sender) Claim(ctx context.Context) ([]Claimed, error) {
 	var out []Claimed
 	_, err := s.claimEach(ctx, func(c Claimed) { out = append(out, c) })
@@ -473,7 +473,7 @@ func (s *Sender) renew(ctx context.Context, c Claimed, within time.Duration) (bo
 // send POSTs ev's payload to e, signed now by the database's clock (the instance's plus skew),
 // within Timeout. The receiver checks the signed time against its own clock (five minutes,
 // Stripe's tolerance): signed with the clock of an instance ten minutes ahead, every attempt
-// of that instance was refused (docs/chaos.md, "Clock skew").
+// of that instance was refused (TestSignedOnTheDatabasesClock).
 func (s *Sender) send(ctx context.Context, e Endpoint, ev outbox.Event, attempt int, skew time.Duration) (r result) {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()

@@ -83,7 +83,7 @@ func TestDeliveriesDueByTheDatabasesClock(t *testing.T) {
 // attempt with the database's time, which a receiver's tolerance (five minutes, Stripe's)
 // accepts. Signed with its own clock, every attempt of that sender was refused — and, its
 // refusals answered at once while the other senders waited on slow receivers, it sent 80 % of
-// all attempts: the chaos run's clock skew failed whole deliveries (docs/chaos.md).
+// all attempts: the chaos run's clock skew failed whole deliveries.
 func TestSignedOnTheDatabasesClock(t *testing.T) {
 	f := newFixture(t)
 	rcv := newReceiver(t, nil)

@@ -38,7 +38,7 @@ func (l *Lab) createOrderAnnounceFirst(w http.ResponseWriter, r *http.Request) {
 	var o order.Order
 	err = l.write(ctx, func(db *gorm.DB) error {
 		return db.Transaction(func(tx *gorm.DB) (err error) {
-			if o, err = l.orders.Open(ctx, tx, userID, lines); err != nil {
+			if o, err = l.openOrder(ctx, tx, userID, lines); err != nil {
 				return err
 			}
 			l.announce(ctx, tx, outbox.OrderCreated, order.ViewOf(o)) // … out before the commit …

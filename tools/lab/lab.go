@@ -39,8 +39,11 @@ type Lab struct {
 	db     *gorm.DB
 	ids    *ids.Generator
 	orders *order.Service
-	rdb    redis.UniversalClient
-	secret string
+	// orderTTL is how long an order the replicas write themselves stays payable, as the real
+	// route's orders do (ONCEPAY_ORDER_TTL).
+	orderTTL time.Duration
+	rdb      redis.UniversalClient
+	secret   string
 	// prefix starts every Redis key of the lab (ONCEPAY_REDIS_PREFIX + "lab:").
 	prefix string
 	// ChaosDelay slows the naive payment between its check and its update (I4), to no less
@@ -68,9 +71,9 @@ type Lab struct {
 }
 
 // New returns the lab on the real database and Redis; every Redis key it writes starts with
-// redisPrefix + "lab:".
-func New(db *gorm.DB, rdb redis.UniversalClient, redisPrefix string, gen *ids.Generator, orders *order.Service, secret string, chaos time.Duration) *Lab {
-	l := &Lab{db: db, ids: gen, orders: orders, rdb: rdb, secret: secret, prefix: redisPrefix + "lab:", ChaosDelay: chaos}
+// redisPrefix + "lab:", and the orders it writes itself expire after orderTTL.
+func New(db *gorm.DB, rdb redis.UniversalClient, redisPrefix string, gen *ids.Generator, orders *order.Service, orderTTL time.Duration, secret string, chaos time.Duration) *Lab {
+	l := &Lab{db: db, ids: gen, orders: orders, orderTTL: orderTTL, rdb: rdb, secret: secret, prefix: redisPrefix + "lab:", ChaosDelay: chaos}
 	l.guarded = idem.HTTP(idempotent.New(db, rdb, idemlab.With(idempotent.Config{
 		KeyPrefix: l.prefix,
 		// The lease runs out during the pause and nothing renews it: a paused process cannot

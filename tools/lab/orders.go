@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -30,6 +31,33 @@ func decodeOrderForm(r *http.Request) ([]order.Line, error) {
 		lines[i] = order.Line{SKU: it.SKU, Quantity: it.Quantity}
 	}
 	return lines, order.Validate(lines)
+}
+
+// openOrder writes in tx a new PENDING_PAYMENT order of lines for userID, with its items at
+// the catalog's prices, and touches no stock: the replicas whose bug is how they reserve stock
+// write their order with it, then reserve their own way. It writes what GET /v1/orders/{id}
+// reads — the order and its items — and nothing else the real route writes
+// (order.Service.Create): no stock movement, whose unique key would refuse a second
+// reservation, and no order.created, which the replica of I17 sends itself.
+func (l *Lab) openOrder(ctx context.Context, tx *gorm.DB, userID int64, lines []order.Line) (order.Order, error) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	o := order.Order{
+		ID: l.ids.Next(), UserID: userID, Status: order.PendingPayment, Currency: order.Currency,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(l.orderTTL),
+	}
+	catalog := inventory.NewStore(tx)
+	for _, line := range lines {
+		it, err := catalog.Get(ctx, line.SKU)
+		if err != nil {
+			return order.Order{}, err
+		}
+		o.Items = append(o.Items, order.Item{OrderID: o.ID, SKU: line.SKU, Quantity: line.Quantity, Price: it.Price})
+		o.Amount += line.Quantity * it.Price
+	}
+	if err := tx.WithContext(ctx).Create(&o).Error; err != nil {
+		return order.Order{}, err
+	}
+	return o, tx.WithContext(ctx).Create(&o.Items).Error
 }
 
 // createOrderEverySubmit is the BUG of I7 (seed 002, seed 000 §3.2): the order form has no
@@ -92,7 +120,7 @@ func (l *Lab) createOrderCheckThenAct(w http.ResponseWriter, r *http.Request) {
 	var o order.Order
 	err = l.write(ctx, func(db *gorm.DB) error {
 		return db.Transaction(func(tx *gorm.DB) (err error) {
-			if o, err = l.orders.Open(ctx, tx, userID, lines); err != nil { // the order's rows, no stock yet
+			if o, err = l.openOrder(ctx, tx, userID, lines); err != nil { // the order's rows, no stock yet
 				return err
 			}
 			for _, line := range lines { // … then act, with no precondition.

@@ -109,7 +109,7 @@ func PauseTrades(d time.Duration) func(ctx context.Context, k idempotent.Key) er
 
 // mount mounts the replicas under /lab on a's router; delay is ONCEPAY_CHAOS_PAYMENT_DELAY.
 func mount(a *app.App, r chi.Router, delay time.Duration) {
-	l := New(a.DB, a.Redis.Client, a.Config.RedisPrefix, a.IDs, a.Orders(), a.Config.ChannelSecret, delay)
+	l := New(a.DB, a.Redis.Client, a.Config.RedisPrefix, a.IDs, a.Orders(), a.Config.OrderTTL, a.Config.ChannelSecret, delay)
 	// I18's lossy network forwards to the instance's own routes.
 	l.upstream = r
 	r.Mount("/lab", l.Routes(a.RequireUser(), a.RequireAdmin()))

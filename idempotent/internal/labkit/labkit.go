@@ -1,5 +1,5 @@
 // Package labkit carries the bench's and the training lab's switches from package idemlab,
-// which the bench and tools/ import, into package idempotent, whose Config has no field for
+// which the bench and the training kit import, into package idempotent, whose Config has no field for
 // them: a service cannot set what it cannot name. It imports nothing of the kit, so both
 // sides import it; idempotent installs Set and Get when it is initialised.
 package labkit

@@ -1,7 +1,7 @@
 // Package clock is the instance's wall clock: every stored timestamp and every decision that
 // oncepay takes on its own clock reads Now. ONCEPAY_CHAOS_CLOCK_OFFSET shifts it, so that the
-// chaos run (tools/chaos) can run one instance minutes off the others: Debian's faketime
-// (libfaketime) cannot, because the Go runtime reads the clock through the vDSO, not libc.
+// chaos run can run one instance minutes off the others: Debian's faketime (libfaketime)
+// cannot, because the Go runtime reads the clock through the vDSO, not libc.
 //
 // The offset is process-wide, as a real clock's error is: one process is one instance.
 // Durations (latency, backoff, timeouts) keep time.Since and time.After, which a skewed wall

@@ -109,7 +109,7 @@ type EmbeddedOptions struct {
 	SyncWrites bool
 	// Advertise, when set, is the host:port the broker announces in its metadata instead of
 	// the address it listens on: the address of a proxy in front of it (the chaos run's
-	// toxiproxy, tools/chaos/kafka.go), so that clients stay behind the proxy after their
+	// toxiproxy), so that clients stay behind the proxy after their
 	// first metadata request.
 	Advertise string
 }

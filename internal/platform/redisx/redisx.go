@@ -85,9 +85,9 @@ const (
 var routes atomic.Pointer[map[string]string]
 
 // SetRoutes makes every client this package builds from now on dial to[addr] where it would
-// dial addr: the chaos run (tools/chaos/network.go) puts a proxy of each instance's own in
-// front of every node of a Redis Cluster, whose clients dial the addresses the nodes announce
-// in CLUSTER SLOTS, never an address they were given. Production leaves it unset.
+// dial addr: the chaos run puts a proxy of each instance's own in front of every node of a
+// Redis Cluster, whose clients dial the addresses the nodes announce in CLUSTER SLOTS, never an
+// address they were given. Production leaves it unset.
 func SetRoutes(to map[string]string) {
 	m := maps.Clone(to)
 	routes.Store(&m)

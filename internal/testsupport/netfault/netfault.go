@@ -4,9 +4,8 @@
 // sent, a slow close, a bandwidth limit, and a cut right after a MySQL COMMIT went out (the
 // COMMIT whose answer is lost, Jepsen's indefinite outcome).
 //
-// The chaos run (tools/chaos/network.go) routes every oncepay instance's MariaDB, Redis and
-// channel connections through proxies of its own; the service's tests use it to break a
-// connection on purpose. (The kit, a module of its own, has its own proxy for the same COMMIT
+// The chaos run routes every oncepay instance's MariaDB, Redis and channel connections through
+// proxies of its own; the service's tests use it to break a connection on purpose. (The kit, a module of its own, has its own proxy for the same COMMIT
 // cut: idempotent/internal/testnet.) Every fault returns the function that heals it.
 package netfault
 

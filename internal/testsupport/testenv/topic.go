@@ -13,7 +13,7 @@ import (
 
 // ReadTopic fetches every message of topic through cl, partition by partition in offset order,
 // from each partition's first offset to its end at the time of the call. The chaos run's
-// checker reads the broker with it (tools/chaos/check_kafka.go), and so does apptest.
+// checker reads the broker with it, and so does apptest.
 func ReadTopic(ctx context.Context, cl *kafka.Client, topic string) ([]kafka.Message, error) {
 	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
