@@ -98,22 +98,31 @@ func (e *clusterEnv) clusterKeys(t *testing.T, g *idempotent.Guard, n int) ([]id
 func TestClusterStorm(t *testing.T) {
 	e := newClusterEnv(t)
 	for _, mode := range []struct {
-		name string
-		cfg  idempotent.Config
+		name  string
+		cfg   idempotent.Config
+		lease bool // the request has work outside its transaction, under the lease
 	}{
-		{"lease", idempotent.Config{}},
-		{"redsync", idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true})},
+		{"fenced by the record", idempotent.Config{}, false},
+		{"lease", idempotent.Config{}, true},
+		{"redsync", idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true}), true},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			const nKeys, copies = 24, 16
 			g := e.guardWith(e.cluster, mode.cfg)
 			ctx := context.Background()
 			keys, nodes := e.clusterKeys(t, g, nKeys)
+			request := func(k idempotent.Key, body string) idempotent.Request {
+				if mode.lease {
+					return leased(request(k, body))
+				}
+				return request(k, body)
+			}
 
 			calls := storm(nKeys*copies, func(i int) (idempotent.Result, error) {
 				k := keys[i%nKeys]
 				return g.Do(ctx, request(k, `{"amount":100}`), effectWork(k.BizKey, 20*time.Millisecond, http.StatusCreated))
 			})
+			g.DrainAttemptLog() // the fenced requests' cache fills go with their attempts
 
 			for ki, k := range keys {
 				var mine []call

@@ -407,9 +407,11 @@ func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, e
 		l.release(bg, fill)
 	case !redisUp || g.rdb == nil || (g.cfg.Lab.NoLock && g.cfg.Lab.NoCache):
 		return
-	case fill != nil && g.fencedByRecord(req):
+	case fill != nil && g.fencedByRecord(req) && fill.Response.Status < 400:
 		// Off the answer's path, with the attempt: a copy that comes before the fill lands
-		// finds the record instead.
+		// finds the record instead. A stored refusal (4xx) is filled before the answer, as
+		// it is the one outcome an operator may evict (idemops.Evict): a fill still on its
+		// way could land after the eviction and replay what was forgotten.
 		g.log.addFill(req.Key, g.newAttempt(ctx, req, res, err, start), fill)
 		return
 	case fill != nil:

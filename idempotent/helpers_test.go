@@ -177,6 +177,13 @@ func request(key idempotent.Key, body string) idempotent.Request {
 	return idempotent.Request{Key: key, Fingerprint: fp("/things", body)}
 }
 
+// leased is req with work outside its transaction — a Before that does nothing — so that it
+// takes the lease (I4): a request without such work is fenced by its record alone.
+func leased(req idempotent.Request) idempotent.Request {
+	req.Before = func(context.Context) error { return nil }
+	return req
+}
+
 // testKey returns a key unique to the test, so that keys never meet across tests.
 func testKey(tb testing.TB, scope, bizKey string) idempotent.Key {
 	tb.Helper()

@@ -50,7 +50,7 @@ func TestI4WatchdogKeepsTheLock(t *testing.T) {
 			g := e.guard(cfg)
 			ctx := context.Background()
 			key := testKey(t, "user:1", "debit")
-			req := request(key, `{"amount":100}`)
+			req := leased(request(key, `{"amount":100}`))
 			work := effectWork(key.BizKey, 3*time.Second, http.StatusCreated)
 
 			first := doAsync(ctx, g, req, work)
@@ -102,7 +102,7 @@ func TestI4ExpiredLockDedupIsTheBackstop(t *testing.T) {
 			g := e.guard(idemlab.With(idempotent.Config{LockTTL: time.Second}, idemlab.Lab{NoWatchdog: true, RecordFirst: placement.recordFirst}))
 			ctx := context.Background()
 			key := testKey(t, "user:1", "debit")
-			req := request(key, `{"amount":100}`)
+			req := leased(request(key, `{"amount":100}`))
 			work := effectWork(key.BizKey, 3*time.Second, http.StatusCreated)
 
 			first := doAsync(ctx, g, req, work)
@@ -149,7 +149,7 @@ func TestI4LockLostCancelsTheWork(t *testing.T) {
 			g := e.guard(cfg)
 			ctx := context.Background()
 			key := testKey(t, "user:1", "debit")
-			req := request(key, `{"amount":100}`)
+			req := leased(request(key, `{"amount":100}`))
 
 			var (
 				mu    sync.Mutex

@@ -174,7 +174,7 @@ func TestAfterRunsUnderTheLeaseOnceCommitted(t *testing.T) {
 		if ttl := e.rdb.PTTL(ctx, g.LeaseKey(key)).Val(); ttl <= 0 {
 			t.Errorf("After runs with the lease's ttl %v, want it still held", ttl)
 		}
-		if _, err := g.Do(ctx, request(key, "a"), effectWork(key.BizKey, 0, http.StatusOK)); !errors.Is(err, idempotent.ErrKeyInUse) {
+		if _, err := g.Do(ctx, leased(request(key, "a")), effectWork(key.BizKey, 0, http.StatusOK)); !errors.Is(err, idempotent.ErrKeyInUse) {
 			t.Errorf("a copy during After: %v, want ErrKeyInUse", err)
 		}
 	}

@@ -407,6 +407,7 @@ func (g *Guard) newAttempt(ctx context.Context, req Request, res Result, err err
 // Past maxQueuedAttempts (Redis slow or down) entries are dropped and counted.
 type attemptLog struct {
 	g       *Guard
+	sendMu  sync.Mutex // held while a batch is taken and sent, so that flush waits for it
 	mu      sync.Mutex
 	queue   []queuedAttempt
 	sending bool
@@ -454,22 +455,28 @@ func (l *attemptLog) queue1(q queuedAttempt) {
 func (l *attemptLog) drain() {
 	time.Sleep(attemptLogGather)
 	for {
+		l.sendMu.Lock()
 		l.mu.Lock()
 		batch := l.queue
 		l.queue = nil
 		if len(batch) == 0 {
 			l.sending = false
 			l.mu.Unlock()
+			l.sendMu.Unlock()
 			return
 		}
 		l.mu.Unlock()
 		l.send(batch)
+		l.sendMu.Unlock()
 	}
 }
 
-// flush sends what is queued now, for a reader of the log who must see every attempt this
-// guard has answered.
+// flush sends what is queued now and waits for a batch already on its way, for a reader who
+// must see every attempt and every cache fill this guard has answered: the attempt log's
+// reader, and an eviction or a purge, which a late fill would otherwise undo.
 func (l *attemptLog) flush() {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
 	l.mu.Lock()
 	batch := l.queue
 	l.queue = nil

@@ -3,6 +3,7 @@ package idempotent_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -160,12 +161,23 @@ func TestRoundTrips(t *testing.T) {
 	for _, tt := range []struct {
 		name          string
 		cfg           idempotent.Config
-		claim, finish int // commands before and after the work of a new key; 0: only log them
+		claim, finish int      // commands before and after the work of a new key; 0: only log them
+		leased        bool     // the request has work outside its transaction (Before)
+		commands      []string // the only commands a new key may send
 	}{
-		{"lease", idempotent.Config{}, 1, 1},
-		{"redsync", idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true}), 0, 0},
+		// Fenced by its record: the cache read before the work; the fill after it goes with
+		// the attempt log, off the answer's path.
+		{"fenced", idempotent.Config{}, 1, 1, false, []string{"get", "set"}},
+		{"lease", idempotent.Config{}, 1, 1, true, []string{"evalsha", "eval"}},
+		{"redsync", idemlab.With(idempotent.Config{}, idemlab.Lab{RedsyncLock: true}), 0, 0, true, nil},
 	} {
 		g := e.guardWith(client, tt.cfg)
+		request := func(k idempotent.Key, body string) idempotent.Request {
+			if tt.leased {
+				return leased(request(k, body))
+			}
+			return request(k, body)
+		}
 		var beforeWork [][]any
 		work := func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
 			beforeWork = log.take()
@@ -202,8 +214,14 @@ func TestRoundTrips(t *testing.T) {
 		if tt.claim > 0 {
 			for _, cmd := range append(beforeWork, afterWork...) {
 				name := strings.ToLower(cmd[0].(string))
-				if name != "evalsha" && name != "eval" {
-					t.Errorf("%s: a new key sent %s, want only the claim and release scripts", tt.name, name)
+				if !slices.Contains(tt.commands, name) {
+					t.Errorf("%s: a new key sent %s, want only %v", tt.name, name, tt.commands)
+					continue
+				}
+				if name == "get" || name == "set" {
+					if k := cmd[1].(string); hashTag(k) != key.String() {
+						t.Errorf("%s: %s touches %q, outside the hash tag {%s}", tt.name, name, k, key)
+					}
 					continue
 				}
 				for _, k := range scriptKeys(t, cmd) {

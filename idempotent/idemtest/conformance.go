@@ -45,7 +45,9 @@ type Stack struct {
 //   - replay: a copy after the first is answered the same status, headers and body, byte for
 //     byte, from the cache and — Redis down — from the record, with Idempotency-Degraded;
 //   - reused: the key again with another body is 422 idempotency_key_reused;
-//   - in flight: a copy while the first runs is 409 idempotency_key_in_use with Retry-After;
+//   - in flight: a copy while the first runs waits for it and is answered its outcome, when
+//     the request has no work outside its transaction (its record fences it); with such work
+//     (Request.Before, under the lease) the copy is 409 idempotency_key_in_use with Retry-After;
 //   - lease lost: the first copy's lease vanishes while it works (a Redis failover to a
 //     replica that never saw it, I15) and a second copy takes the key: still one effect,
 //     and the second is answered the first's outcome;
@@ -102,6 +104,16 @@ func newSuite(t *testing.T, st Stack) suite {
 // effect of its key — refused by the effects table's unique key, as a Conflict, when that
 // effect exists — after hold returns.
 func (s suite) handler(rdb redis.UniversalClient, cfg idempotent.Config, hold func()) http.Handler {
+	return s.handlerWith(rdb, cfg, hold, false)
+}
+
+// leasedHandler is handler for a request with work outside its transaction (a Before that
+// does nothing), which runs under the key's lease.
+func (s suite) leasedHandler(hold func()) http.Handler {
+	return s.handlerWith(s.Redis, s.Config, hold, true)
+}
+
+func (s suite) handlerWith(rdb redis.UniversalClient, cfg idempotent.Config, hold func(), leased bool) http.Handler {
 	h := httpkey.Handler{Guard: idempotent.New(s.DB, rdb, cfg)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, err := h.Key(r)
@@ -110,7 +122,11 @@ func (s suite) handler(rdb redis.UniversalClient, cfg idempotent.Config, hold fu
 			return
 		}
 		body := []byte(r.Header.Get("X-Body"))
-		_, _ = h.Do(w, r, key, body, idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
+		req := h.Request(r, key, body)
+		if leased {
+			req.Before = func(context.Context) error { return nil }
+		}
+		_, _ = h.Run(w, r, req, idempotent.Respond(func(_ context.Context, tx *gorm.DB) (idempotent.Response, error) {
 			if hold != nil {
 				hold()
 			}
@@ -244,28 +260,50 @@ func checkReused(t *testing.T, s suite) {
 }
 
 func checkInFlight(t *testing.T, s suite) {
-	started, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	h := s.handler(s.Redis, s.Config, func() {
-		once.Do(func() { close(started) })
-		<-release
-	})
-	key := s.prefix + "inflight"
-	done := make(chan *httptest.ResponseRecorder)
-	go func() { done <- post(h, key, "inflight") }()
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		close(release)
-		t.Fatal("the first copy never reached its work")
-	}
-	w := post(h, key, "inflight")
-	close(release)
-	if w.Code != http.StatusConflict || code(w) != idempotent.ErrKeyInUse.Code || w.Header().Get(httpkey.HeaderRetryAfter) == "" {
-		t.Errorf("a copy in flight: %d %s Retry-After %q, want 409 %s with Retry-After", w.Code, w.Body, w.Header().Get(httpkey.HeaderRetryAfter), idempotent.ErrKeyInUse.Code)
-	}
-	if first := <-done; first.Code != http.StatusCreated {
-		t.Errorf("the first copy: %d %s, want 201", first.Code, first.Body)
+	for _, leased := range []bool{false, true} {
+		started, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		hold := func() {
+			once.Do(func() { close(started) })
+			<-release
+		}
+		h, key := s.handler(s.Redis, s.Config, hold), s.prefix+"inflight"
+		if leased {
+			h, key = s.leasedHandler(hold), s.prefix+"inflight-leased"
+		}
+		done := make(chan *httptest.ResponseRecorder)
+		go func() { done <- post(h, key, "inflight") }()
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			close(release)
+			t.Fatal("the first copy never reached its work")
+		}
+		copied := make(chan *httptest.ResponseRecorder)
+		go func() { copied <- post(h, key, "inflight") }()
+		var w *httptest.ResponseRecorder
+		if leased {
+			w = <-copied // answered at once, while the first still holds the lease
+			close(release)
+		} else {
+			time.Sleep(100 * time.Millisecond) // the copy reaches the guard and waits
+			close(release)
+			w = <-copied
+		}
+		first := <-done
+		if first.Code != http.StatusCreated {
+			t.Errorf("the first copy: %d %s, want 201", first.Code, first.Body)
+		}
+		switch {
+		case leased && (w.Code != http.StatusConflict || code(w) != idempotent.ErrKeyInUse.Code || w.Header().Get(httpkey.HeaderRetryAfter) == ""):
+			t.Errorf("a copy in flight of a request with work outside its transaction: %d %s Retry-After %q, want 409 %s with Retry-After",
+				w.Code, w.Body, w.Header().Get(httpkey.HeaderRetryAfter), idempotent.ErrKeyInUse.Code)
+		case !leased && (w.Code != http.StatusCreated || !bytes.Equal(w.Body.Bytes(), first.Body.Bytes())):
+			t.Errorf("a copy in flight: %d %s, want the first copy's 201 %s once it is done", w.Code, w.Body, first.Body)
+		}
+		if n := s.count(t, key); n != 1 {
+			t.Errorf("%d effects of %s, want 1", n, key)
+		}
 	}
 }
 
@@ -274,7 +312,7 @@ func checkLeaseLost(t *testing.T, s suite) {
 	var once sync.Once
 	first := true
 	var mu sync.Mutex
-	h := s.handler(s.Redis, s.Config, func() {
+	h := s.leasedHandler(func() {
 		mu.Lock()
 		holder := first
 		first = false
@@ -335,6 +373,15 @@ func checkPurge(t *testing.T, s suite) {
 	key := s.prefix + "purge"
 	if w := post(h, key, "purge"); w.Code != http.StatusCreated {
 		t.Fatalf("first: %d %s, want 201", w.Code, w.Body)
+	}
+	// The answer's replay cache entry is written after the answer; a purge runs long after
+	// that (its cutoff is the retention), so the check waits for it as the purge would.
+	cache := s.Config.KeyPrefix + "idem:{" + idempotent.Key{BizType: httpkey.BizType, BizKey: key}.String() + "}:resp"
+	for deadline := time.Now().Add(5 * time.Second); s.Redis.Exists(context.Background(), cache).Val() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first answer never reached the replay cache (%s)", cache)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	g := idempotent.New(s.DB, s.Redis, s.Config)
 	// A negative age puts the cutoff in the future: every record goes, as if the retention
