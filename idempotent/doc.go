@@ -17,7 +17,7 @@
 //		}
 //		return idempotent.Response{Status: http.StatusCreated}, nil
 //	}))
-//	// res.Outcome: executed, replayed, in_progress (err ErrKeyInUse), mismatch (ErrKeyReused) …
+//	// res.Outcome: executed, replayed, mismatch (ErrKeyReused), in_progress (ErrKeyInUse) …
 //
 // db is a *gorm.DB of gorm.io/driver/mysql (MySQL, MariaDB), gorm.io/driver/postgres or
 // github.com/glebarez/sqlite, holding the table CreateSchema creates (or Schema in the
@@ -49,13 +49,20 @@
 //     atomically by a Lua script; a token that is missing or belongs to another scope is
 //     refused with ErrTokenInvalid.
 //  2. Replay cache. A finished outcome is cached, so a duplicate is answered without touching
-//     the database.
-//  3. Lock (I4). A lease per key with a random owner, taken by the same Lua script that reads
-//     the cache (one round trip) and released, compare-and-delete, by the script that fills
-//     the cache (one more). A watchdog timer renews it every TTL/3 while the work runs; if a
-//     renewal fails, the work's context is cancelled so its transaction rolls back instead of
-//     committing unguarded. A busy lease answers "in progress". The keys of one idempotency
-//     key share a Redis Cluster hash slot.
+//     the database: one GET. A request whose work is all in the transaction costs no other
+//     Redis round trip: its record fences it (layer 4), its copies at one guard wait for the
+//     first one's answer holding no database connection, one at another guard waits on the
+//     first one's uncommitted record and replays it, and its outcome reaches the cache after
+//     the answer, with its attempt log (a stored refusal before it: the one outcome an
+//     operator may evict).
+//  3. Lock (I4). A request with work outside the transaction (Request.Before, Request.After)
+//     takes a lease per key with a random owner, in the same Lua script that reads the cache
+//     (one round trip), released, compare-and-delete, by the script that fills the cache (one
+//     more): the outside call must run once, and no record can undo it. A watchdog timer
+//     renews the lease every TTL/3 while the work runs; if a renewal fails, the work's context
+//     is cancelled so its transaction rolls back instead of committing unguarded. A busy
+//     lease answers "in progress" (ErrKeyInUse). The keys of one idempotency key share a
+//     Redis Cluster hash slot.
 //  4. Dedup record (I3). The finished record is inserted in the same local transaction as the
 //     business change, after the work (one INSERT; bench/results/dedup-placement.md has the figures
 //     that chose this over seed 000's insert-first). A duplicate-key error means another

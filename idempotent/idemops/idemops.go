@@ -89,8 +89,10 @@ func LookupBizKey(ctx context.Context, g *idempotent.Guard, bizType, bizKey stri
 
 // InFlight reports whether an attempt at k holds its lease right now, and for how much longer
 // the lease runs unless renewed: a key with no committed record yet (the record is written
-// with the work's commit) is in progress then, not unknown. Redis unreachable is an error; a
-// guard on the database alone has no lease and answers false.
+// with the work's commit) is in progress then, not unknown. Only a request with work outside
+// its transaction takes a lease; one fenced by its record alone, in flight, is an uncommitted
+// row that nothing outside its transaction sees, and answers false. Redis unreachable is an
+// error; a guard on the database alone has no lease and answers false.
 func InFlight(ctx context.Context, g *idempotent.Guard, k idempotent.Key) (bool, time.Duration, error) {
 	return ops().InFlight(g, ctx, k)
 }

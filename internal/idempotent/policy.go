@@ -169,7 +169,7 @@ func PolicyOf(p idempotent.Policy, requiredOn []string) Policy {
 			"missing":     {Status: 400, Code: "idempotency_key_missing", Description: "the endpoint requires the header and it is absent"},
 			"malformed":   {Status: 400, Code: "idempotency_key_invalid", Description: "empty, longer than 255 characters, not visible ASCII, or the header repeated"},
 			"token":       {Status: 400, Code: "idempotency_token_invalid", Description: "a key starting with tok_ that is not a live token issued to this user"},
-			"in_progress": {Status: 409, Code: "idempotency_key_in_use", RetryAfter: true, Description: "the first request with this key is still being processed; retry after Retry-After seconds"},
+			"in_progress": {Status: 409, Code: "idempotency_key_in_use", RetryAfter: true, Description: "the first request with this key is still calling the payment channel under the key's lease (cancel, open a payment, refund); retry after Retry-After seconds. A copy of any other write waits for the first and gets its answer"},
 			"reused":      {Status: 422, Code: "idempotency_key_reused", Description: "the key was used before with another method, path or body"},
 		},
 		Tokens: TokenPolicy{
