@@ -33,7 +33,7 @@ func wantUnchanged(t *testing.T, before, after snapshot, added map[string]int64)
 // is claimed and stores nothing — no dedup record, no claim, no balance, no ledger row — so
 // the correct copy still credits the recharge, once.
 func TestMalformedRechargeNotifyFirst(t *testing.T) {
-	s := apptest.StartHTTPOnly(t, accountConfig)
+	s := apptest.StartOnly(t, apptest.Router, accountConfig)
 	userID, key := s.User(t, "malformed")
 	rechargeID := s.CreateRecharge(t, key, 5000)
 	good := apptest.RechargeReport(rechargeID, "alipay", "MF-"+apptest.RandHex(4), 5000)
@@ -82,7 +82,7 @@ func TestMalformedRechargeNotifyFirst(t *testing.T) {
 // once however many copies. So the channel's corrected report under the same trade_no still
 // credits the recharge, once.
 func TestRechargeRefusalStoresNothing(t *testing.T) {
-	s := apptest.StartHTTPOnly(t, accountConfig)
+	s := apptest.StartOnly(t, apptest.Router, accountConfig)
 	userID, key := s.User(t, "refused")
 	rechargeID := s.CreateRecharge(t, key, 5000)
 	tradeNo := "RF-" + apptest.RandHex(4)
@@ -138,7 +138,7 @@ func TestRechargeRefusalStoresNothing(t *testing.T) {
 // changes a balance, the ledger, an order or a recharge's status, or stores anything, and B
 // can still be paid by its own trade.
 func TestRechargeTradeConflict(t *testing.T) {
-	s := apptest.StartHTTPOnly(t, accountConfig)
+	s := apptest.StartOnly(t, apptest.Router, accountConfig)
 	userID, key := s.User(t, "conflict")
 	a := s.CreateRecharge(t, key, 5000)
 	b := s.CreateRecharge(t, key, 5000)

@@ -22,7 +22,7 @@ import (
 
 // TestRechargeRoundTrip is the happy path over HTTP: create, read, notify, read the balance.
 func TestRechargeRoundTrip(t *testing.T) {
-	s := apptest.StartHTTPOnly(t, accountConfig)
+	s := apptest.StartOnly(t, apptest.Router, accountConfig)
 	userID, key := s.User(t, "alice")
 
 	create := s.Do(http.MethodPost, "/v1/recharges", key, `{"amount":100000}`, apptest.IdemKey("k1"))
@@ -69,7 +69,7 @@ func TestRechargeRoundTrip(t *testing.T) {
 // each resent while it gets 409 like a channel would. The recharge is credited once, with one
 // ledger row, and exactly one copy executed the use case.
 func TestNotifyStormCreditsOnce(t *testing.T) {
-	s := apptest.StartHTTPOnly(t, accountConfig)
+	s := apptest.StartOnly(t, apptest.Router, accountConfig)
 	userID, key := s.User(t, "storm")
 	const amount = 100000
 	id := s.CreateRecharge(t, key, amount)
@@ -110,7 +110,7 @@ func TestNotifyStormCreditsOnce(t *testing.T) {
 // the lock can help. The state precondition alone holds: one credit, 49 answers
 // state_rejected, 49 duplicate_payment anomalies for refund.
 func TestNotifyStormDistinctTradeNos(t *testing.T) {
-	s := apptest.StartHTTPOnly(t, accountConfig)
+	s := apptest.StartOnly(t, apptest.Router, accountConfig)
 	userID, key := s.User(t, "distinct")
 	const amount = 2500
 	id := s.CreateRecharge(t, key, amount)
@@ -224,7 +224,7 @@ func TestManyRechargesKeepTheInvariant(t *testing.T) {
 	if !testenv.UsingMySQL() {
 		recharges = 100
 	}
-	s := apptest.StartHTTPOnly(t, accountConfig)
+	s := apptest.StartOnly(t, apptest.Router, accountConfig)
 	type payer struct {
 		id  int64
 		key string
@@ -300,7 +300,7 @@ func TestManyRechargesKeepTheInvariant(t *testing.T) {
 // for a recharge report, the dedup records and claims too: a report refused before the guard
 // or by the work stores and claims nothing; only one the work accepted stores its answer.
 func TestRechargeBadInput(t *testing.T) {
-	s := apptest.StartHTTPOnly(t, accountConfig)
+	s := apptest.StartOnly(t, apptest.Router, accountConfig)
 	ctx := context.Background()
 	_, aliceKey := s.User(t, "alice")
 	_, bobKey := s.User(t, "bob")

@@ -12,7 +12,7 @@ import (
 // TestInventoryHTTP covers the stock routes: the public read, and the admin write with its
 // validation; a refused write changes nothing.
 func TestInventoryHTTP(t *testing.T) {
-	s := apptest.StartHTTPOnly(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	tests := []struct {
 		name   string
 		method string

@@ -47,7 +47,7 @@ func TestValidSKU(t *testing.T) {
 // with 400 invalid_request and no change unless it is a valid SKU once percent-decoded, and
 // decoded the same way on both, so that ENC%2D1 is the SKU ENC-1, never stored literally.
 func TestInventorySKUPath(t *testing.T) {
-	s := apptest.StartHTTPOnly(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	body := map[string]int64{"price": 5, "available": 9}
 	for _, path := range []string{
 		"SKU%201",               // a space
@@ -92,7 +92,7 @@ func TestInventorySKUPath(t *testing.T) {
 // TestInventoryPutRanges checks the admin PUT's ranges: price 1..10^10 (a price of 0 would
 // make orders nobody can pay), available 0..10^10.
 func TestInventoryPutRanges(t *testing.T) {
-	s := apptest.StartHTTPOnly(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	tests := []struct {
 		name             string
 		price, available int64
@@ -136,7 +136,7 @@ func etagOf(t *testing.T, s *apptest.Server, sku string) string {
 // succeeds once; the same ETag again is stale and gets 412 precondition_failed, changing
 // nothing; a write without If-Match stays an absolute upsert.
 func TestInventoryIfMatch(t *testing.T) {
-	s := apptest.StartHTTPOnly(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	put := func(sku, ifMatch string, price, available int64) apptest.Response {
 		var h map[string]string
 		if ifMatch != "" {
@@ -193,7 +193,7 @@ func TestInventoryIfMatch(t *testing.T) {
 // If-Match at the same moment. Exactly one wins each round; every other gets 412 and changes
 // nothing. It runs on MySQL or SQLite, whichever the suite uses.
 func TestInventoryIfMatchRace(t *testing.T) {
-	s := apptest.StartHTTPOnly(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	const writers, rounds = 6, 5
 	for round := range rounds {
 		tag := etagOf(t, s, "SKU-1002")

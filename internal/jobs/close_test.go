@@ -36,7 +36,7 @@ var basket = []apptest.Item{{SKU: "SKU-1001", Quantity: 1}, {SKU: "SKU-1002", Qu
 // TestExpiredButPaidStaysPaid is the first half of I5: an order paid after its expiry but
 // before the close job reached it stays PAID when the job runs late; the job counts nothing.
 func TestExpiredButPaidStaysPaid(t *testing.T) {
-	s := apptest.Start(t, shortTTL)
+	s := apptest.StartOnly(t, apptest.Router, shortTTL)
 	o := s.CreateOrder(t, apptest.AliceKey, "late-paid", basket...)
 	pastExpiry(s)
 	apptest.Must(t, s.NotifyUntilDone(apptest.JSON(apptest.Notification(o, "alipay", "T-"+o.OrderID))), http.StatusOK)
@@ -57,7 +57,7 @@ func TestExpiredButPaidStaysPaid(t *testing.T) {
 // its stock; the payment that arrives afterwards answers success so that the channel stops,
 // leaves the order CLOSED and the stock alone, and is recorded as paid_after_close for refund.
 func TestPaymentAfterClose(t *testing.T) {
-	s := apptest.Start(t, shortTTL)
+	s := apptest.StartOnly(t, apptest.Loops, shortTTL) // the relay publishes order.closed
 	before := s.Snapshot(t)
 	o := s.CreateOrder(t, apptest.AliceKey, "closed", basket...)
 	pastExpiry(s)
@@ -104,7 +104,7 @@ func TestPaymentAfterClose(t *testing.T) {
 
 // TestCloseLeavesUnexpired: the job closes only orders past their expiry.
 func TestCloseLeavesUnexpired(t *testing.T) {
-	s := apptest.Start(t, func(c *config.Config) { c.CloseJobInterval = time.Hour })
+	s := apptest.StartOnly(t, apptest.Router) // no scheduled job: the test runs it
 	o := s.CreateOrder(t, apptest.AliceKey, "fresh", basket...)
 	if n := s.RunCloseJob(t); n != 0 {
 		t.Errorf("close job closed %d, want 0", n)
@@ -117,7 +117,7 @@ func TestCloseLeavesUnexpired(t *testing.T) {
 // TestScheduledClose: with a short interval the scheduled job closes an expired order by
 // itself, once.
 func TestScheduledClose(t *testing.T) {
-	s := apptest.Start(t, func(c *config.Config) {
+	s := apptest.StartOnly(t, apptest.Loops, func(c *config.Config) {
 		c.OrderTTL = time.Second
 		c.CloseJobInterval = 200 * time.Millisecond
 	})
@@ -161,7 +161,7 @@ type raceOrder struct {
 // add up to the CLOSED orders, stock per SKU is conserved, and sold is exactly what the PAID
 // orders bought. A payment that lost the race to a close is recorded for refund.
 func TestCloseRacesPayment(t *testing.T) {
-	s := apptest.Start(t, shortTTL)
+	s := apptest.StartOnly(t, apptest.Router, shortTTL)
 	skus := []string{"SKU-RACE-A", "SKU-RACE-B", "SKU-RACE-C"}
 	for i, sku := range skus {
 		s.PutInventory(t, sku, int64(100*(i+1)), 1000)

@@ -15,10 +15,7 @@ import (
 // no order before its expires_at by the database's clock. The job once compared expires_at
 // with the instance's clock and closed an order with a minute left.
 func TestCloseOnClockAhead(t *testing.T) {
-	s := apptest.Start(t, func(c *config.Config) {
-		c.OrderTTL = time.Minute
-		c.CloseJobInterval = time.Hour
-	})
+	s := apptest.StartOnly(t, apptest.Channel, func(c *config.Config) { c.OrderTTL = time.Minute })
 	o := s.CreateOrder(t, apptest.AliceKey, "skew-ahead", basket...)
 	apptest.SkewClock(t, 10*time.Minute)
 	if n := s.RunCloseJob(t); n != 0 {
@@ -38,7 +35,7 @@ func TestCloseOnClockAhead(t *testing.T) {
 // instance's clock, an order placed ten minutes behind was born expired, and one placed ten
 // minutes ahead stayed open ten minutes past its TTL.
 func TestOrdersExpireByTheDatabasesClock(t *testing.T) {
-	s := apptest.Start(t, shortTTL)
+	s := apptest.StartOnly(t, apptest.Router, shortTTL)
 	for _, d := range []time.Duration{-10 * time.Minute, 10 * time.Minute} {
 		prev := clock.SetOffset(d)
 		o := s.CreateOrder(t, apptest.AliceKey, "skew-placed-"+d.String(), basket...)
@@ -62,7 +59,7 @@ func TestOrdersExpireByTheDatabasesClock(t *testing.T) {
 // a payment on an order whose expires_at has passed by the database's clock, which the close
 // job is about to close.
 func TestNoPaymentOpenedAfterExpiryOnClockBehind(t *testing.T) {
-	s := apptest.Start(t, shortTTL)
+	s := apptest.StartOnly(t, apptest.Channel, shortTTL)
 	o := s.CreateOrder(t, apptest.AliceKey, "skew-behind", basket...)
 	pastExpiry(s)
 	apptest.SkewClock(t, -10*time.Minute)

@@ -23,7 +23,7 @@ var keyboard = apptest.Item{SKU: "SKU-1001", Quantity: 2}
 // TestDoubleSubmitSequential reproduces I7 with a one-time token: the same order form
 // submitted twice gets the first order back, marked as a replay, and only one order exists.
 func TestDoubleSubmitSequential(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	before := s.Inventory(t, keyboard.SKU)
 	token := s.Token(t, apptest.AliceKey)
 
@@ -52,7 +52,7 @@ func TestDoubleSubmitSequential(t *testing.T) {
 // creates the order; each other copy is told the first is still running (409
 // idempotency_key_in_use, Retry-After) or, once it finished, gets its answer replayed.
 func TestDoubleSubmitConcurrent(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	before := s.Inventory(t, keyboard.SKU)
 	token := s.Token(t, apptest.AliceKey)
 
@@ -106,7 +106,7 @@ func TestDoubleSubmitConcurrent(t *testing.T) {
 
 // TestKeyRules covers the other rows of the Idempotency-Key table for order creation.
 func TestKeyRules(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	aliceToken := s.Token(t, apptest.AliceKey)
 
 	// create422: the same key with a different body is refused and creates nothing.
@@ -151,7 +151,7 @@ func wantOrders(t *testing.T, s *apptest.Server, n int64) {
 // that does not decode or validate), only its stored answer when the business refused it
 // (unknown SKU, out of stock: a retry under the same key answers the same).
 func TestCreateRefusals(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	many := make([]apptest.Item, order.MaxItems+1)
 	for i := range many {
 		many[i] = apptest.Item{SKU: fmt.Sprintf("SKU-%d", 1001+i), Quantity: 1}
@@ -209,7 +209,7 @@ func TestCreateRefusals(t *testing.T) {
 // TestCreateCorrectedRetry: a body refused before the guard stores nothing under its key, so
 // the client's corrected retry with the same key creates the order.
 func TestCreateCorrectedRetry(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	bad := s.Do(http.MethodPost, "/v1/orders", apptest.AliceKey, `{"items":[{"sku":"SKU-1002","quantity":0}]}`, apptest.IdemKey("fix-me"))
 	apptest.WantProblem(t, bad, http.StatusBadRequest, "invalid_request")
 	good := s.Do(http.MethodPost, "/v1/orders", apptest.AliceKey, apptest.OrderBody(apptest.Item{SKU: "SKU-1002", Quantity: 1}), apptest.IdemKey("fix-me"))
@@ -227,7 +227,7 @@ func TestFlashSale(t *testing.T) {
 		buyers  = 200
 		pollGap = 5 * time.Millisecond
 	)
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	s.PutInventory(t, sku, 100, units)
 
 	stop := make(chan struct{})
@@ -306,7 +306,7 @@ func TestFlashSale(t *testing.T) {
 // away by the state precondition, and a payment arriving after the cancel changes nothing but
 // is recorded for refund.
 func TestCancel(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops) // the relay publishes order.cancelled
 	before := s.Inventory(t, keyboard.SKU)
 	o := s.CreateOrder(t, apptest.AliceKey, "cancel-me", keyboard)
 	cancelPath := "/v1/orders/" + o.OrderID + "/cancel"
@@ -350,7 +350,7 @@ func TestCancel(t *testing.T) {
 // TestCancelPaid: cancelling a PAID order is refused with 409 illegal_state and
 // Idempotency-Outcome: state_rejected; the order and its stock stay as paid.
 func TestCancelPaid(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	o := s.CreateOrder(t, apptest.AliceKey, "paid", keyboard)
 	apptest.Must(t, s.NotifyUntilDone(apptest.JSON(apptest.Notification(o, "alipay", "T-PAID-"+o.OrderID))), http.StatusOK)
 	paid := s.Inventory(t, keyboard.SKU)
@@ -374,7 +374,7 @@ func TestCancelPaid(t *testing.T) {
 // TestOtherUsersOrder: another user's order answers 404 not_found, for reading and for
 // cancelling, and the cancel attempt changes nothing.
 func TestOtherUsersOrder(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	o := s.CreateOrder(t, apptest.AliceKey, "alices", keyboard)
 	apptest.Must(t, s.GetOrder(apptest.AliceKey, o.OrderID), http.StatusOK)
 

@@ -41,7 +41,7 @@ func pending(t *testing.T, s *apptest.Server) int64 {
 // event_id, and a consumer that deduplicates by event_id sees every state change exactly once,
 // in order per order.
 func TestRelayRestart(t *testing.T) {
-	s := apptest.StartHTTPOnly(t)
+	s := apptest.StartOnly(t, apptest.Kafka)
 	w := s.Writer(t)
 
 	var orders []string

@@ -22,7 +22,7 @@ import (
 // mismatch; only a report the work accepted stores its answer (a status that changes
 // nothing).
 func TestNotifyRefusals(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	o := s.CreateOrder(t, apptest.AliceKey, "refusals", basket...)
 	valid := func(tradeNo string) notify.Report { return apptest.Notification(o, "alipay", tradeNo) }
 	with := func(tradeNo string, f func(*notify.Report)) []byte {
@@ -149,7 +149,7 @@ func TestNotifyRefusals(t *testing.T) {
 // the trade's key: the channel's corrected report under the same trade_no then pays the
 // order, once.
 func TestAmountMismatchRepeated(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	before := stockOf(t, s, basket)
 	o := s.CreateOrder(t, apptest.AliceKey, "mismatch", basket...)
 	n := apptest.Notification(o, "alipay", "T-MISMATCH")
@@ -227,7 +227,7 @@ func TestAmountMismatchRepeated(t *testing.T) {
 // the later SUCCESS pays the order. A 422 here would mean a payment the channel took is never
 // applied nor recorded for refund.
 func TestFailedThenSuccess(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	before := stockOf(t, s, basket)
 	o := s.CreateOrder(t, apptest.AliceKey, "failed-then-success", basket...)
 	n := apptest.Notification(o, "alipay", "T-RETRY-"+o.OrderID)

@@ -33,7 +33,7 @@ import (
 // they would while the database is unreachable.
 func TestConsumerRetriesInPlace(t *testing.T) {
 	const failures = 3
-	s := apptest.StartHTTPOnly(t)
+	s := apptest.StartOnly(t, apptest.Kafka)
 	logs := captureLogs(t)
 	before := stockOf(t, s, basket)
 	first := s.CreateOrder(t, apptest.AliceKey, "retry-first", basket...)
@@ -69,7 +69,7 @@ func TestConsumerRetriesInPlace(t *testing.T) {
 // group fails (the coordinator is unreachable) and is tried again; once the broker is
 // reachable, the consumer joins and applies the notification waiting for it.
 func TestConsumerRetriesFetch(t *testing.T) {
-	s := apptest.StartHTTPOnly(t)
+	s := apptest.StartOnly(t, apptest.Kafka)
 	logs := captureLogs(t)
 	before := stockOf(t, s, basket)
 	o := s.CreateOrder(t, apptest.AliceKey, "fetch-retry", basket...)
@@ -108,7 +108,7 @@ func TestConsumerRetriesFetch(t *testing.T) {
 // message must never be committed by it, and the group must stay at the partition's end.
 func TestConsumerCommitsOnlyInItsGeneration(t *testing.T) {
 	const copies = 5
-	s := apptest.StartHTTPOnly(t)
+	s := apptest.StartOnly(t, apptest.Kafka)
 	before := stockOf(t, s, basket)
 	o := s.CreateOrder(t, apptest.AliceKey, "stale-member", basket...)
 	tradeNo := "T-STALE-" + o.OrderID

@@ -18,7 +18,7 @@ import (
 // does not block its partition: a valid notification behind it on the same partition (same
 // key) is applied.
 func TestConsumerDeadLettersUnparseable(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	before := stockOf(t, s, basket)
 	o := s.CreateOrder(t, apptest.AliceKey, "dlq-order", basket...)
 	tradeNo := "T-DLQ-" + o.OrderID
@@ -60,7 +60,7 @@ func TestConsumerDeadLettersUnparseable(t *testing.T) {
 // TestConsumerOnly: a notification that arrives only through Kafka pays the order by itself,
 // and its order.paid event carries the message's request id.
 func TestConsumerOnly(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	before := stockOf(t, s, basket)
 	o := s.CreateOrder(t, apptest.AliceKey, "kafka-order", basket...)
 	tradeNo := "T-KAFKA-" + o.OrderID

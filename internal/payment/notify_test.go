@@ -171,7 +171,7 @@ func wantPaidOnce(t *testing.T, s *apptest.Server, o order.View, channel, tradeN
 // (the queue's redelivery), all at once. Every path names it channel + trade_no, so the order
 // is paid once, stock is confirmed once, and no late copy moves the status backwards.
 func TestTripleDelivery(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	before := stockOf(t, s, basket)
 	o := s.CreateOrder(t, apptest.AliceKey, "i1-order", basket...)
 	tradeNo := "T-I1-" + o.OrderID
@@ -190,7 +190,7 @@ func TestTripleDelivery(t *testing.T) {
 // key any more; the order's state precondition (only PENDING_PAYMENT may become PAID) is what
 // stops the copies, and the channel still gets success.
 func TestRedeliveryAfterPurge(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	before := stockOf(t, s, basket)
 	o := s.CreateOrder(t, apptest.AliceKey, "i6-order", basket...)
 	tradeNo := "T-I6-" + o.OrderID
@@ -220,7 +220,7 @@ func TestRedeliveryAfterPurge(t *testing.T) {
 // records no anomaly. Before, a REFUNDED order's own report became paid_after_close, kept for
 // a refund of a payment already refunded.
 func TestPayingReportIsADuplicateWhateverTheStatus(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	w := s.Writer(t)
 	o := s.CreateOrder(t, apptest.AliceKey, "paid-then-refunded", basket...)
 	tradeNo := "T-REFUNDED-" + o.OrderID
@@ -268,7 +268,7 @@ func TestPayingReportIsADuplicateWhateverTheStatus(t *testing.T) {
 // success (the channel must stop) but changes nothing, and is recorded as duplicate_payment for
 // refund — however many times it is delivered.
 func TestSecondTradeForPaidOrder(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	before := stockOf(t, s, basket)
 	o := s.CreateOrder(t, apptest.AliceKey, "dup-order", basket...)
 	first := "T-FIRST-" + o.OrderID
@@ -348,7 +348,7 @@ func TestTripleDeliveryTwoReplicas(t *testing.T) {
 // 422 idempotency_key_reused on every retry and was never applied. Now the status lives in
 // the key's scope (notify.Report.Key) and the payment applies once.
 func TestStatusReportNeverTakesAnotherTradesKey(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Router)
 	o := s.CreateOrder(t, apptest.AliceKey, "status-order", basket...)
 	wait := apptest.Notification(o, "alipay", "X-"+o.OrderID)
 	wait.Status = "WAIT_PAY"

@@ -41,7 +41,7 @@ func TestTwoTradesRaceForOneOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := apptest.Start(t)
+			s := apptest.StartOnly(t, apptest.Router)
 			fillPending(t, s, tt.pending)
 			raceTwoTrades(t, s)
 		})

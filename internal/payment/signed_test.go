@@ -112,7 +112,7 @@ func wantOnlyDelta(t *testing.T, before, after apptest.Snapshot, want map[string
 // recorded. The rejected copies stored and claimed nothing: B's correct report, under the
 // very trade number its wrong amount was refused for, still pays B afterwards.
 func TestConsumerRejects(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	secret := s.Config.ChannelSecret
 	w := s.Writer(t)
 	before := stockOf(t, s, basket)
@@ -214,7 +214,7 @@ func TestConsumerRejects(t *testing.T) {
 // purged (I6, I13), the trade number's claim (report_claims) still refuses it for B with
 // trade_conflict — and stores nothing, no refusal either.
 func TestNotifyTradeConflict(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	before := stockOf(t, s, basket)
 	a := s.CreateOrder(t, apptest.AliceKey, "conflict-a", basket...)
 	b := s.CreateOrder(t, apptest.AliceKey, "conflict-b", other...)
@@ -261,7 +261,7 @@ func TestNotifyTradeConflict(t *testing.T) {
 // purged. Nothing is credited, stored or claimed, and the recharge is still paid by its own
 // trade afterwards.
 func TestTradeConflictAcrossKinds(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	before := stockOf(t, s, basket)
 	a := s.CreateOrder(t, apptest.AliceKey, "kinds-a", basket...)
 	tradeNo := "T-KINDS-" + a.OrderID
@@ -318,7 +318,7 @@ func TestTradeConflictAcrossKinds(t *testing.T) {
 // before the channel's correct copy. They are refused 400 before the key is claimed and store
 // nothing, so the correct copy still pays the order, once.
 func TestMalformedCopyFirst(t *testing.T) {
-	s := apptest.Start(t)
+	s := apptest.StartOnly(t, apptest.Loops)
 	before := stockOf(t, s, basket)
 	o := s.CreateOrder(t, apptest.AliceKey, "malformed-first", basket...)
 	tradeNo := "T-MALFORMED-" + o.OrderID
@@ -367,7 +367,7 @@ func (w *flakyWriter) state() (calls int, written []kafka.Message) {
 // the message uncommitted; the next consumer of the group gets it again, and once its write
 // succeeds (after failing twice) the message is dead-lettered and committed — never lost.
 func TestDeadLetterBeforeCommit(t *testing.T) {
-	s := apptest.StartHTTPOnly(t)
+	s := apptest.StartOnly(t, apptest.Kafka)
 	o := s.CreateOrder(t, apptest.AliceKey, "dlq-retry", basket...)
 	tradeNo := "T-DLQ-RETRY-" + o.OrderID
 	unsigned := apptest.JSON(apptest.Notification(o, "alipay", tradeNo))

@@ -1,9 +1,14 @@
-// Package apptest starts a whole oncepay instance for integration tests: the real router over
-// real HTTP on 127.0.0.1, the payment notifications consumer, the outbox relay and the
-// scheduled jobs, on the test's own database, Redis and in-process Kafka (testenv). Tests drive
-// it the way users, channels and drills do — HTTP requests, signed notifications, messages on
-// payment.notifications — and check the business effect where it lives: in the database and on
-// the order.events topic.
+// Package apptest starts oncepay instances for integration tests: the real router over real
+// HTTP on 127.0.0.1, on the test's own database and Redis (testenv), and, when the test asks
+// for them, an in-process Kafka, the embedded channel simulator and the background loops (the
+// payment notifications consumer, the outbox relay, the scheduled jobs, webhook delivery).
+// Tests drive an instance the way users, channels and drills do — HTTP requests, signed
+// notifications, messages on payment.notifications — and check the business effect where it
+// lives: in the database and on the order.events topic.
+//
+// A domain's tests start with StartOnly and name the parts they need, so that a test of
+// recharges costs a database, a Redis and a router, not a Kafka consumer joining its group;
+// Start, which runs every part, is for the tests of the whole service (internal/app).
 //
 // Every helper that talks to the server returns what it got instead of failing, so that it can
 // be called from the goroutines of a storm; the helpers that take a testing.TB fail the test
@@ -59,6 +64,9 @@ type Server struct {
 	// URL is its base URL, http://127.0.0.1:port.
 	URL string
 
+	// parts are the parts it was started with: every part for Start and StartOn, none for At
+	// (a process of the binary, whose Kafka the test does not hold).
+	parts  Part
 	client *http.Client
 }
 
@@ -96,13 +104,68 @@ func Config(tb testing.TB, opts ...Option) config.Config {
 	return cfg
 }
 
-// Start builds an instance on fresh dependencies and runs it — HTTP server, Kafka consumer,
-// outbox relay and jobs — on a free port of 127.0.0.1. It returns once /readyz answers 200,
-// that is once the consumer has joined its group. The instance is stopped, and waited for,
-// when the test ends.
+// Part is a piece of an instance that StartOnly starts only when a test asks for it. Every
+// instance has its database, its Redis and its HTTP router; parts are combined with |.
+type Part uint
+
+const (
+	// Kafka is an in-process broker with the contract's topics (testenv.Kafka). Without it the
+	// instance's Kafka is an address where nothing listens: /readyz answers 503, and Writer,
+	// Messages, OrderEvents and WaitConsumed fail the test.
+	Kafka Part = 1 << iota
+	// Channel is the embedded channel simulator (App.Channel) that the instance calls to open,
+	// query, close and refund trades. Without it the channel is an address where nothing
+	// listens: every call to it fails to connect, an outcome unknown to oncepay
+	// (channel.ErrIndefinite, I8).
+	Channel
+	// Loops runs the instance — App.Run: the payment notifications consumer, the outbox relay,
+	// the scheduled jobs and webhook delivery — and waits until /readyz answers 200. Loops
+	// brings Kafka, which the consumer and the relay need. Without it the router is served
+	// alone, and a test drives a loop by hand when it needs one.
+	Loops
+
+	// Router is none of the parts: the database, Redis and the HTTP router, which is what a
+	// domain's tests start by default (StartOnly(t, apptest.Router)).
+	Router Part = 0
+	// every is all the parts: what Start runs.
+	every = Kafka | Channel | Loops
+)
+
+// Start builds an instance on fresh dependencies and runs every part of it — HTTP server,
+// Kafka, the channel simulator, the consumer, the outbox relay and the jobs — on a free port of
+// 127.0.0.1. It returns once /readyz answers 200, that is once the consumer has joined its
+// group. The instance is stopped, and waited for, when the test ends. Start is for the tests
+// of the whole service; a domain's tests use StartOnly.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	return StartOn(tb, NewDeps(tb), opts...)
+	return StartOnly(tb, every, opts...)
+}
+
+// StartOnly builds an instance on fresh dependencies with the parts a test names and serves
+// its router on a free port of 127.0.0.1: StartOnly(t, apptest.Router) for the database, Redis
+// and the router, StartOnly(t, apptest.Kafka|apptest.Loops) for an instance that also consumes
+// and publishes. Leaving Loops out saves the consumer's group join at the start and the
+// drain at the end — a few tenths of a second a test, about as much as the rest of the start —
+// and keeps jobs the test did not ask for from changing what it checks.
+func StartOnly(tb testing.TB, parts Part, opts ...Option) *Server {
+	tb.Helper()
+	if parts&Loops != 0 {
+		parts |= Kafka
+	}
+	deps := app.Deps{DB: testenv.DB(tb), Redis: testenv.Redis(tb)}
+	if parts&Kafka != 0 {
+		deps.Kafka = testenv.Kafka(tb)
+	} else {
+		deps.Kafka = testenv.NoKafka(tb)
+	}
+	if parts&Channel == 0 {
+		// First, so that an option of the test can still name a channel of its own.
+		opts = append([]Option{noChannel(tb)}, opts...)
+	}
+	if parts&Loops != 0 {
+		return run(tb, deps, parts, opts)
+	}
+	return serve(tb, deps, parts, opts)
 }
 
 // NewDeps returns fresh dependencies for one test: a migrated database, an isolated Redis and
@@ -116,11 +179,25 @@ func NewDeps(tb testing.TB) app.Deps {
 // two replicas of the service (each needs its own NodeID).
 func StartOn(tb testing.TB, deps app.Deps, opts ...Option) *Server {
 	tb.Helper()
+	return run(tb, deps, every, opts)
+}
+
+// StartHTTPOnly is StartOnly(tb, Kafka|Channel): the whole instance built, its router served,
+// none of its background loops running. The tests of the whole service use it to drive those
+// loops by hand.
+func StartHTTPOnly(tb testing.TB, opts ...Option) *Server {
+	tb.Helper()
+	return StartOnly(tb, Kafka|Channel, opts...)
+}
+
+// run builds an instance on deps and runs it (App.Run) until the test ends.
+func run(tb testing.TB, deps app.Deps, parts Part, opts []Option) *Server {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("listen: %v", err)
 	}
-	s := build(tb, deps, append([]Option{publicURL(ln)}, opts...))
+	s := build(tb, deps, parts, append([]Option{publicURL(ln)}, opts...))
 	ctx, cancel := context.WithCancel(context.Background())
 	var runErr error
 	stopped := make(chan struct{})
@@ -144,12 +221,11 @@ func StartOn(tb testing.TB, deps app.Deps, opts ...Option) *Server {
 	return s
 }
 
-// StartHTTPOnly builds an instance and serves its router, without running the background
-// loops: no consumer, no outbox relay, no jobs. Tests use it to drive those loops by hand.
-func StartHTTPOnly(tb testing.TB, opts ...Option) *Server {
+// serve builds an instance on deps and serves its router alone until the test ends.
+func serve(tb testing.TB, deps app.Deps, parts Part, opts []Option) *Server {
 	tb.Helper()
 	srv := httptest.NewUnstartedServer(nil)
-	s := build(tb, NewDeps(tb), append([]Option{publicURL(srv.Listener)}, opts...))
+	s := build(tb, deps, parts, append([]Option{publicURL(srv.Listener)}, opts...))
 	srv.Config.Handler = s.App.Handler()
 	srv.Start()
 	tb.Cleanup(srv.Close)
@@ -157,12 +233,29 @@ func StartHTTPOnly(tb testing.TB, opts ...Option) *Server {
 	return s
 }
 
+// noChannel points the instance at a channel where nothing listens instead of starting the
+// embedded simulator.
+func noChannel(tb testing.TB) Option {
+	url := "http://" + testenv.Nowhere(tb)
+	return func(c *config.Config) { c.ChannelURL = url }
+}
+
+// needKafka fails the test unless the instance has Kafka, which the helper what reads or
+// writes: without it the helper would wait out its timeout on an address where nothing
+// listens.
+func (s *Server) needKafka(tb testing.TB, what string) {
+	tb.Helper()
+	if s.parts&Kafka == 0 {
+		tb.Fatalf("%s needs Kafka: start the instance with apptest.StartOnly(t, apptest.Kafka|…)", what)
+	}
+}
+
 // publicURL makes the channel's notifications come back to the instance served on ln.
 func publicURL(ln net.Listener) Option {
 	return func(c *config.Config) { c.PublicURL = "http://" + ln.Addr().String() }
 }
 
-func build(tb testing.TB, deps app.Deps, opts []Option) *Server {
+func build(tb testing.TB, deps app.Deps, parts Part, opts []Option) *Server {
 	tb.Helper()
 	quietLogs()
 	cfg := Config(tb, opts...)
@@ -171,7 +264,7 @@ func build(tb testing.TB, deps app.Deps, opts []Option) *Server {
 		tb.Fatalf("app.New: %v", err)
 	}
 	tb.Cleanup(a.Close)
-	return &Server{App: a, Config: cfg, DB: deps.DB, Deps: deps, client: newClient(tb)}
+	return &Server{App: a, Config: cfg, DB: deps.DB, Deps: deps, parts: parts, client: newClient(tb)}
 }
 
 // newClient returns the HTTP client of one Server, its idle connections closed when the test

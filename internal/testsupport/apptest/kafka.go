@@ -24,6 +24,7 @@ import (
 // their topic.
 func (s *Server) Writer(tb testing.TB) *kafka.Writer {
 	tb.Helper()
+	s.needKafka(tb, "Writer")
 	w := s.Deps.Kafka.Writer()
 	tb.Cleanup(func() { _ = w.Close() })
 	return w
@@ -94,6 +95,7 @@ func (s *Server) offsets(ctx context.Context, topic string) (map[int][2]int64, e
 // duplicate, or dead-lettered.
 func (s *Server) WaitConsumed(tb testing.TB) {
 	tb.Helper()
+	s.needKafka(tb, "WaitConsumed")
 	Eventually(tb, 30*time.Second, "payment consumer caught up", func() (bool, string) {
 		behind, err := s.Behind(context.Background())
 		if err != nil {
@@ -133,6 +135,7 @@ func (s *Server) Behind(ctx context.Context) (string, error) {
 // offset order.
 func (s *Server) Messages(tb testing.TB, topic string) []kafka.Message {
 	tb.Helper()
+	s.needKafka(tb, "Messages")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	out, err := testenv.ReadTopic(ctx, s.kafkaClient(), topic)
@@ -161,6 +164,7 @@ func (e OrderEvent) EventType() string { return e.Type }
 // message on order.events, those of orderID only unless it is "".
 func (s *Server) OrderEvents(tb testing.TB, orderID string) []OrderEvent {
 	tb.Helper()
+	s.needKafka(tb, "OrderEvents")
 	s.WaitOutboxPublished(tb)
 	var out []OrderEvent
 	for _, m := range s.Messages(tb, kafkax.TopicOrderEvents) {

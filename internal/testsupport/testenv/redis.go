@@ -39,13 +39,7 @@ func Redis(tb testing.TB) *redisx.Conn {
 // Unreachable returns a client for an address where nothing listens, to stand for Redis down.
 func Unreachable(tb testing.TB) *redis.Client {
 	tb.Helper()
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		tb.Fatalf("start miniredis: %v", err)
-	}
-	addr := m.Addr()
-	m.Close()
-	c := redisx.NewClient(addr, 0)
+	c := redisx.NewClient(Nowhere(tb), 0)
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }

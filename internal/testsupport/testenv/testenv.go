@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -139,6 +140,27 @@ func Kafka(tb testing.TB) *kafka.Cluster {
 	}
 	tb.Cleanup(c.Close)
 	return c
+}
+
+// NoKafka returns a Kafka whose only broker is an address where nothing listens: an instance
+// built on it serves its routes, and anything that dials the broker fails at once. It stands
+// for the Kafka of a test that does not need one.
+func NoKafka(tb testing.TB) *kafka.Cluster {
+	tb.Helper()
+	return &kafka.Cluster{Brokers: []string{Nowhere(tb)}}
+}
+
+// Nowhere returns a host:port of 127.0.0.1 where nothing listens: a port the kernel handed out
+// and that was closed again at once, so that a dial is refused instead of waiting.
+func Nowhere(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("listen: %v", err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
 }
 
 func randomHex(n int) string {
