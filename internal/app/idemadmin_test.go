@@ -3,8 +3,8 @@ package app_test
 import (
 	"net/http"
 	"net/url"
-	"slices"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
