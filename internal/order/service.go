@@ -108,7 +108,8 @@ func Validate(lines []Line) error {
 //     items, its order.created event and its stock movements, whose unique key stops a second
 //     reservation for the order (I1);
 //  3. the dedup record of the request, written by record — before any hot row is locked, so
-//     that a duplicate is refused without waiting on one (I3; nil writes none: the lab);
+//     that a duplicate is refused without waiting on one (I3; a nil record writes none, for
+//     a caller that runs the use case unguarded);
 //  4. last, the contended stock rows: the conditional UPDATEs available − q, reserved + q,
 //     locked for the rest of the batch and the commit only. Not enough stock is ErrOutOfStock
 //     and rolls everything back.
@@ -174,7 +175,7 @@ func (s *Service) owned(ctx context.Context, db *gorm.DB, userID, id int64) (Ord
 //
 //  1. the order, a plain read: one that has moved on is ErrIllegalState with its state;
 //  2. one batch: the new rows — its order.cancelled event and its stock releases — then the
-//     dedup record of the cancelled order, written by record (nil writes none: the lab), then
+//     dedup record of the cancelled order, written by record (a nil record writes none), then
 //     the contended rows: the conditional PENDING_PAYMENT → CANCELLED (I5) and the stock. An
 //     order that moved on since the read fails the transition, and the guard runs it all
 //     again (idempotent.ErrStale), to find it moved.
