@@ -78,30 +78,45 @@ func Find(ctx context.Context, db *gorm.DB, id string) (TransferView, error) {
 	} else if err != nil {
 		return TransferView{}, err
 	}
-	v := TransferView{ID: t.ID, Kind: t.Kind, Channel: t.Channel, Number: t.Number, Amount: t.Amount,
-		PendingID: t.PendingID, CaptureID: t.CaptureID, CreatedAt: t.CreatedAt.UTC(), Postings: []PostingView{}}
 	var ps []Posting
 	if err := db.Where("transfer_id = ?", id).Order("amount").Find(&ps).Error; err != nil {
 		return TransferView{}, err
 	}
+	var postings []PostingView
 	for _, p := range ps {
-		v.Postings = append(v.Postings, viewOfPosting(p))
+		postings = append(postings, viewOfPosting(p))
 	}
+	var endedBy *string
 	if t.Kind == Pending {
 		var ends []string
 		if err := db.Model(&Transfer{}).Where("pending_id = ?", id).Pluck("id", &ends).Error; err != nil {
 			return TransferView{}, err
 		}
 		if len(ends) == 1 {
-			v.EndedBy = &ends[0]
+			endedBy = &ends[0]
 		}
 	}
-	return v, nil
+	return viewOf(t, postings, endedBy), nil
+}
+
+// viewOf is the view of transfer t with its postings and, for a pending transfer, the one
+// that ended it (nil while it is open).
+func viewOf(t Transfer, postings []PostingView, endedBy *string) TransferView {
+	v := TransferView{ID: t.ID, Kind: t.Kind, Channel: t.Channel, Number: t.Number, Amount: t.Amount,
+		PendingID: t.PendingID, CaptureID: t.CaptureID, CreatedAt: t.CreatedAt.UTC(), Postings: postings}
+	if v.Postings == nil {
+		v.Postings = []PostingView{}
+	}
+	if t.Kind == Pending {
+		v.EndedBy = endedBy
+	}
+	return v
 }
 
 // FindAll returns the transfers of ids that exist, each with its postings and, for a pending
-// refund whose end is among ids, the transfer that ended it, in the order of their creation: two queries whatever
-// the number of ids, for a reader that collects the books of one business fact.
+// refund whose end is among ids, the transfer that ended it, in the order of their creation:
+// two queries whatever the number of ids, for a reader that collects the books of one
+// business fact.
 func FindAll(ctx context.Context, db *gorm.DB, ids []string) ([]TransferView, error) {
 	if len(ids) == 0 {
 		return []TransferView{}, nil
@@ -133,14 +148,7 @@ func FindAll(ctx context.Context, db *gorm.DB, ids []string) ([]TransferView, er
 	}
 	views := make([]TransferView, len(ts))
 	for i, t := range ts {
-		views[i] = TransferView{ID: t.ID, Kind: t.Kind, Channel: t.Channel, Number: t.Number, Amount: t.Amount,
-			PendingID: t.PendingID, CaptureID: t.CaptureID, CreatedAt: t.CreatedAt.UTC(), Postings: postings[t.ID]}
-		if views[i].Postings == nil {
-			views[i].Postings = []PostingView{}
-		}
-		if t.Kind == Pending {
-			views[i].EndedBy = endedBy[t.ID]
-		}
+		views[i] = viewOf(t, postings[t.ID], endedBy[t.ID])
 	}
 	return views, nil
 }
