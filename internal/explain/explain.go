@@ -604,7 +604,7 @@ func (c *collector) records() {
 	if c.err != nil {
 		return
 	}
-	var rows []recordRow
+	var rows []idempotent.Record
 	if c.x.Subject.Kind != "" {
 		q := c.db.Table("idempotency_records").
 			Where("scope = ? AND biz_type = ? AND created_at >= ?", "user:"+strconv.FormatInt(c.userID, 10), httpkey.BizType, c.from.Add(-window))
@@ -617,7 +617,7 @@ func (c *collector) records() {
 			cond = cond.Or("request_id IN ?", c.requestIDs)
 		}
 		find(c, "idempotency.records", q.Where(cond).Order("created_at, id"), &rows)
-		var reports []recordRow
+		var reports []idempotent.Record
 		if len(c.tradeNos)+len(c.refundNos) > 0 {
 			rc := c.db.Where("1 = 0")
 			for _, n := range c.tradeNos {
@@ -642,10 +642,7 @@ func (c *collector) records() {
 			continue
 		}
 		keys[k] = true
-		c.x.Idempotency.Records = append(c.x.Idempotency.Records, c.record(k, idempotent.Record{
-			ID: r.ID, Scope: r.Scope, BizType: r.BizType, BizKey: r.BizKey, RequestID: r.RequestID, Fingerprint: r.Fingerprint,
-			Status: r.Status, ResponseStatus: r.ResponseStatus, ResponseBody: r.ResponseBody,
-			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt}, true))
+		c.x.Idempotency.Records = append(c.x.Idempotency.Records, c.record(k, r, true))
 	}
 	if c.key != nil && !keys[*c.key] {
 		rec, found, err := c.e.guard.Lookup(c.ctx, *c.key)

@@ -166,19 +166,3 @@ type Attempt struct {
 	LatencyMS  int64     `json:"latency_ms"`
 	Error      *string   `json:"error"`
 }
-
-// recordRow is a row of idempotency_records.
-type recordRow struct {
-	ID             int64
-	Scope          string
-	BizType        string
-	BizKey         string
-	RequestID      string
-	Fingerprint    string
-	Status         string
-	ResponseStatus int
-	ResponseBody   []byte
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	ExpiresAt      time.Time
-}
