@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,7 +109,7 @@ func parseSteps(page string) []step {
 
 // runWalkthrough starts a fresh server and runs the steps of page against it in one bash.
 func runWalkthrough(t *testing.T, bin, page string, steps []step) {
-	addrs := map[string]string{docBase: freePort(t), docSim: freePort(t), docHook: freePort(t)}
+	addrs := map[string]string{docBase: testenv.FreeAddr(t), docSim: testenv.FreeAddr(t), docHook: testenv.FreeAddr(t)}
 	replace := func(s string) string {
 		for doc, real := range addrs {
 			s = strings.ReplaceAll(s, doc, real)
@@ -176,59 +174,16 @@ func runWalkthrough(t *testing.T, bin, page string, steps []step) {
 // test ends.
 func startServer(t *testing.T, bin, addr, sim string) {
 	t.Helper()
-	cmd := exec.Command(bin)
-	cmd.Env = cleanEnv(map[string]string{
+	env := cleanEnv(map[string]string{
 		"ONCEPAY_HTTP_ADDR":             addr,
 		"ONCEPAY_EMBEDDED_CHANNEL_ADDR": sim,
-		"ONCEPAY_EMBEDDED_REDIS_ADDR":   freePort(t),
-		"ONCEPAY_EMBEDDED_KAFKA_ADDR":   freePort(t),
+		"ONCEPAY_EMBEDDED_REDIS_ADDR":   testenv.FreeAddr(t),
+		"ONCEPAY_EMBEDDED_KAFKA_ADDR":   testenv.FreeAddr(t),
 		"ONCEPAY_DATA_DIR":              t.TempDir(),
 	})
-	var logs testenv.SyncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if testenv.StartProcess(t, "the server", bin, addr, env) == "" {
+		t.FailNow()
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			lines := strings.Split(logs.String(), "\n")
-			t.Logf("the server's last log lines:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			t.Fatalf("the server exited at start: %v\n%s", err, logs.String())
-		default:
-		}
-		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			resp.Body.Close()
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("the server did not answer /healthz within 60s:\n%s", logs.String())
-}
-
-// freePort returns 127.0.0.1:<a port that was free a moment ago>.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func withoutOncepay(env []string) []string {

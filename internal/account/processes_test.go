@@ -3,15 +3,12 @@ package account_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -75,13 +72,13 @@ func buildOncepay(t *testing.T) string {
 }
 
 // startProcess starts the binary as instance node on a free port, with the channel secret,
-// admin key, configured channels and demo setting of cfg, the embedded channel simulator, waits for /healthz and stops it (SIGTERM, then kill) when
-// the test ends. It returns the base URL.
+// admin key, configured channels and demo setting of cfg and the embedded channel simulator,
+// waits for /healthz and stops it when the test ends (testenv.StartProcess). It returns the
+// base URL, or "" with the test failed.
 func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg config.Config) string {
 	t.Helper()
-	addr := freeAddr(t)
-	cmd := exec.Command(bin)
-	cmd.Env = []string{
+	addr := testenv.FreeAddr(t)
+	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 		"ONCEPAY_HTTP_ADDR=" + addr,
@@ -100,49 +97,7 @@ func startProcess(t *testing.T, bin string, node int, dsn, redisAddr string, cfg
 		"ONCEPAY_WEBHOOK_KEYS=proc:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
 		"ONCEPAY_SEED_DEMO=" + strconv.FormatBool(cfg.SeedDemo),
 	}
-	logs := &testenv.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Errorf("start instance %d: %v", node, err)
-		return ""
-	}
-	// exited is closed once the process has exited, with its error in waitErr: closed, not
-	// sent, so that the start-up's check and the cleanup may both see it (a process that died
-	// at start once left the cleanup waiting for a second send until the package timed out).
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("instance %d log:\n%s", node, logs.String())
-		}
-	})
-	url := "http://" + addr
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			t.Errorf("instance %d exited: %v\n%s", node, waitErr, logs.String())
-			return ""
-		default:
-		}
-		if resp, err := http.Get(url + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Errorf("instance %d did not answer /healthz within 60s\n%s", node, logs.String())
-	return ""
+	return testenv.StartProcess(t, fmt.Sprintf("instance %d", node), bin, addr, env)
 }
 
 // channelList is cfg's channels as ONCEPAY_CHANNELS lists them.
@@ -152,17 +107,6 @@ func channelList(cfg config.Config) string {
 		names[i] = ch.Name
 	}
 	return strings.Join(names, ",")
-}
-
-// freeAddr returns a loopback address with a port free at the time of the call.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // dropRedisKeys deletes the idempotency keys the processes left in Redis database 0.
