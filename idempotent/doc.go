@@ -49,12 +49,11 @@
 //     atomically by a Lua script; a token that is missing or belongs to another scope is
 //     refused with ErrTokenInvalid.
 //  2. Replay cache. A finished outcome is cached, so a duplicate is answered without touching
-//     the database: one GET. A request whose work is all in the transaction costs no other
-//     Redis round trip: its record fences it (layer 4), its copies at one guard wait for the
-//     first one's answer holding no database connection, one at another guard waits on the
-//     first one's uncommitted record and replays it, and its outcome reaches the cache after
-//     the answer, with its attempt log (a stored refusal before it: the one outcome an
-//     operator may evict).
+//     the database: one GET. A request whose work is all in the transaction takes no lease:
+//     its record fences it (layer 4), its copies at one guard wait for the first one's answer
+//     holding no database connection, one at another guard waits on the first one's
+//     uncommitted record and replays it, and its outcome is written to the cache with a plain
+//     SET once committed — two plain commands where a lease takes two scripts.
 //  3. Lock (I4). A request with work outside the transaction (Request.Before, Request.After)
 //     takes a lease per key with a random owner, in the same Lua script that reads the cache
 //     (one round trip), released, compare-and-delete, by the script that fills the cache (one

@@ -47,7 +47,6 @@ func (g *Guard) evict(ctx context.Context, k Key) (Record, error) {
 		// 4xx only) is the whole eviction.
 		return g.evictRecord(ctx, k)
 	}
-	g.log.flush() // a fill of k still queued here must not land after the eviction
 	owner := randomToken()
 	ok, err := g.rdb.SetNX(ctx, g.leaseKey(k), owner, g.cfg.LockTTL).Result()
 	switch {

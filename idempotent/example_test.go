@@ -86,7 +86,7 @@ func ExampleGuard_Do() {
 			}
 			return idempotent.Response{Status: http.StatusCreated}, nil
 		}))
-		fmt.Println(res.Outcome, res.Response.Status, err)
+		fmt.Println(res.Outcome, res.Layer, res.Response.Status, err)
 	}
 
 	guard := idempotent.New(db, rdb, idempotent.Config{Classify: sqliteerr.Classify}) // mysqlerr, pgerr
@@ -94,9 +94,9 @@ func ExampleGuard_Do() {
 	do(guard, "k-1", []byte(`{"text":"hello"}`))
 	do(guard, "k-1", []byte(`{"text":"bye"}`))
 	// Output:
-	// executed 201 <nil>
-	// replayed 201 <nil>
-	// mismatch 0 idempotency_key_reused: this key was used with a different request (method, path or body)
+	// executed work 201 <nil>
+	// replayed cache 201 <nil>
+	// mismatch cache 0 idempotency_key_reused: this key was used with a different request (method, path or body)
 }
 
 // Example_handler serves POST /notes through httpkey: the key, the body, then the work in

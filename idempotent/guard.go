@@ -382,9 +382,12 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 
 // fencedByRecord reports whether req is fenced by its dedup record alone, with no lease: it
 // has no work outside the transaction, which its record could not undo or fence. Such a
-// request costs no Redis round trip but the cache read: its copies wait for the first one's
-// answer instead of being refused ErrKeyInUse, and its outcome reaches the replay cache after
-// the answer. The bench's and the lab's switches model the leased designs, and keep the lease.
+// request sends Redis two plain commands, the cache read before the work and the cache fill
+// after it, where a leased one runs the claim and release scripts; its copies wait for the
+// first one's answer instead of being refused ErrKeyInUse. The fill is awaited: a copy right
+// after the answer — a key reused with another body, say — must find it, or it would run the
+// work only to meet the record. The bench's and the lab's switches model the leased designs,
+// and keep the lease.
 func (g *Guard) fencedByRecord(req Request) bool {
 	return req.Before == nil && req.After == nil && g.rdb != nil && !g.cfg.Lab.set()
 }
@@ -406,13 +409,6 @@ func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, e
 	case l != nil:
 		l.release(bg, fill)
 	case !redisUp || g.rdb == nil || (g.cfg.Lab.NoLock && g.cfg.Lab.NoCache):
-		return
-	case fill != nil && g.fencedByRecord(req) && fill.Response.Status < 400:
-		// Off the answer's path, with the attempt: a copy that comes before the fill lands
-		// finds the record instead. A stored refusal (4xx) is filled before the answer, as
-		// it is the one outcome an operator may evict (idemops.Evict): a fill still on its
-		// way could land after the eviction and replay what was forgotten.
-		g.log.addFill(req.Key, g.newAttempt(ctx, req, res, err, start), fill)
 		return
 	case fill != nil:
 		g.cachePut(bg, req.Key, fill)

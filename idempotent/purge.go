@@ -85,7 +85,6 @@ func (g *Guard) forget(ctx context.Context, recs []Record) error {
 	if g.rdb == nil {
 		return nil
 	}
-	g.log.flush() // a fill still queued here must not land after the purge
 	pipe := g.rdb.Pipeline()
 	for _, rec := range recs {
 		k := Key{Scope: rec.Scope, BizType: rec.BizType, BizKey: rec.BizKey}

@@ -186,7 +186,7 @@ func (g *Guard) claimRedsync(ctx context.Context, k Key) (*lease, *cached, error
 	return l, nil, err
 }
 
-// cacheGet returns the replay cache's outcome of k, or nil: the one round trip of a request
+// cacheGet returns the replay cache's outcome of k, or nil: the first round trip of a request
 // fenced by its record (Guard.fencedByRecord).
 func (g *Guard) cacheGet(ctx context.Context, k Key) (*cached, error) {
 	raw, err := g.rdb.Get(ctx, g.cacheKey(k)).Bytes()
@@ -414,9 +414,8 @@ type attemptLog struct {
 }
 
 type queuedAttempt struct {
-	key  Key
-	a    *attempt
-	fill []byte // the replay cache's entry for key, sent before the attempt; nil for none
+	key Key
+	a   *attempt
 }
 
 // maxQueuedAttempts bounds the memory the log takes while Redis does not keep up.
@@ -425,15 +424,7 @@ const maxQueuedAttempts = 8192
 // attemptLogGather is how long a queued attempt waits for others before it is sent.
 const attemptLogGather = 5 * time.Millisecond
 
-func (l *attemptLog) add(k Key, a *attempt) { l.queue1(queuedAttempt{key: k, a: a}) }
-
-// addFill queues a with the replay cache's entry for k, the committed outcome c, which the
-// same pipeline writes: a request fenced by its record fills the cache off its answer's path.
-func (l *attemptLog) addFill(k Key, a *attempt, c *cached) {
-	l.queue1(queuedAttempt{key: k, a: a, fill: c.encode()})
-}
-
-func (l *attemptLog) queue1(q queuedAttempt) {
+func (l *attemptLog) add(k Key, a *attempt) {
 	if l.g.rdb == nil {
 		return
 	}
@@ -443,7 +434,7 @@ func (l *attemptLog) queue1(q queuedAttempt) {
 		l.g.metrics.attemptsDropped.Inc()
 		return
 	}
-	l.queue = append(l.queue, q)
+	l.queue = append(l.queue, queuedAttempt{key: k, a: a})
 	if !l.sending {
 		l.sending = true
 		go l.drain()
@@ -471,9 +462,8 @@ func (l *attemptLog) drain() {
 	}
 }
 
-// flush sends what is queued now and waits for a batch already on its way, for a reader who
-// must see every attempt and every cache fill this guard has answered: the attempt log's
-// reader, and an eviction or a purge, which a late fill would otherwise undo.
+// flush sends what is queued now and waits for a batch already on its way, for a reader of
+// the log who must see every attempt this guard has answered.
 func (l *attemptLog) flush() {
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
@@ -495,9 +485,6 @@ func (l *attemptLog) send(batch []queuedAttempt) {
 	defer cancel()
 	pipe := g.rdb.Pipeline()
 	for _, q := range batch {
-		if q.fill != nil {
-			pipe.Set(ctx, g.cacheKey(q.key), q.fill, g.cfg.CacheTTL)
-		}
 		a := q.a
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: g.logKey(q.key), MaxLen: 64, Approx: true, Values: []any{
 			"t", a.at.UnixMilli(), "rid", a.rid, "via", a.via, "outcome", a.outcome, "layer", a.layer,
