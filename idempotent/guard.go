@@ -592,7 +592,11 @@ func (g *Guard) afterDuplicate(ctx context.Context, req Request, err error, lost
 	res, recID, found, ferr := g.fromRecordID(context.WithoutCancel(ctx), req)
 	switch {
 	case ferr != nil && !found:
-		return Result{}, errors.Join(err, ferr)
+		// Whose the duplicate was is unknown until the record can be read: the error is the
+		// read's, so that runOnce runs the transaction again while the database is out of
+		// reach (and the rerun meets the record again) — never the duplicate's, which would
+		// reach the caller as an unexpected error.
+		return Result{}, fmt.Errorf("idempotent: the record of a duplicate key (%v) could not be read: %w", err, ferr)
 	case !found:
 		return g.refused(ctx, req, err)
 	}
@@ -617,7 +621,8 @@ func (g *Guard) resolveCommit(ctx context.Context, req Request, id int64, resp R
 	if !found {
 		*lost = append(*lost, lostCommit{id: id, resp: resp})
 		if ferr != nil {
-			return Result{}, errors.Join(err, ferr)
+			// The lost COMMIT's error leads: runOnce classifies it and runs the transaction again.
+			return Result{}, fmt.Errorf("%w (and its record could not be read: %v)", err, ferr)
 		}
 		return Result{}, err
 	}

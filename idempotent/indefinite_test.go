@@ -2,8 +2,10 @@ package idempotent_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/oncepay/oncepay/idempotent"
+	"github.com/oncepay/oncepay/idempotent/dberr"
 	"github.com/oncepay/oncepay/idempotent/idemtest"
 	"github.com/oncepay/oncepay/idempotent/internal/testnet"
 	"github.com/oncepay/oncepay/idempotent/mysqlerr"
@@ -169,4 +172,42 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestDuplicateWhileTheRecordCannotBeRead: the work's transaction meets a duplicate key after
+// it recorded (its own unique key here; in a batch it may be the record's), and the database
+// goes out of reach before the guard can read the record to tell whose it was. The answer is
+// the read's failure — a database out of reach, which a service answers 503 and the guard
+// runs again while RetryFor lasts — never the duplicate, which would reach the service as an
+// unexpected error (a 500 in the chaos run) although the key may well be another copy's.
+func TestDuplicateWhileTheRecordCannotBeRead(t *testing.T) {
+	idemtest.RequireMySQL(t)
+	e := newEnvOn(t, idemtest.MySQL)
+	p, via := throughProxy(t, e.db)
+	g := idempotent.New(via, e.rdb, idempotent.Config{Classify: mysqlerr.Classify, Registerer: prometheus.NewRegistry()})
+	key := testKey(t, "u1", "k1")
+	taken, err := insertEffect(e.db, "taken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.Do(context.Background(), request(key, "a"), func(ctx context.Context, tx *gorm.DB, record func(idempotent.Response) error) error {
+		if err := record(idempotent.Response{Status: http.StatusCreated}); err != nil {
+			return err
+		}
+		dup := tx.Create(&sideEffect{ID: taken, K: key.BizKey}).Error
+		p.Close() // the database goes out of reach: the record cannot be read
+		return dup
+	})
+	if err == nil {
+		t.Fatal("Do answered no error with the database out of reach")
+	}
+	if class := mysqlerr.Classify(err); class == dberr.DuplicateKey {
+		t.Fatalf("Do = %v: classified as a duplicate key; want the failure of the record's read", err)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Do = %v: want the refused connection of the record's read in the chain", err)
+	}
+	if n := countEffects(t, e.db, key.BizKey); n != 0 {
+		t.Errorf("%d side effects, want none", n)
+	}
 }

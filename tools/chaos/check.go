@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,6 +33,10 @@ type violation struct {
 	// History are the lines of the history (and of the channel's notifications) that name
 	// one of Keys, oldest first: what a person reads to see how it happened.
 	History []string `json:"history,omitempty"`
+	// Logs are the oncepay instances' log lines that name one of Keys (a request id, an
+	// Idempotency-Key): the cause a 500 logged and never sent. They are printed with the
+	// violation, so that a CI run whose output is all that is kept still shows them.
+	Logs []string `json:"logs,omitempty"`
 }
 
 // checkResult is one invariant and how it fared.
@@ -59,6 +65,9 @@ type checker struct {
 
 	results    []checkResult
 	violations []violation
+
+	// serverLogs are the oncepay instances' log files, read for a violation's evidence.
+	serverLogs []string
 
 	// gatewayLog is the gateway's access log by request id (gateway.go); nil without one.
 	gatewayLog map[string]gatewayLine
@@ -90,7 +99,7 @@ func (c *checker) add(name, invariant string, checked int, vs []string) {
 	c.results = append(c.results, checkResult{Name: name, Invariant: invariant, Checked: checked, Violations: len(vs)})
 	for _, v := range vs {
 		keys, lines := c.evidence(v)
-		c.violations = append(c.violations, violation{Check: name, Invariant: invariant, Detail: v, Keys: keys, History: lines})
+		c.violations = append(c.violations, violation{Check: name, Invariant: invariant, Detail: v, Keys: keys, History: lines, Logs: c.logEvidence(keys)})
 	}
 }
 
@@ -134,6 +143,45 @@ func (c *checker) evidence(detail string) ([]string, []string) {
 		}
 	}
 	return keys, lines
+}
+
+// logEvidence returns the lines of the instances' logs that name one of keys — those with a
+// digit in them, ids rather than words of the detail — each prefixed with its file's name, at
+// most maxEvidence of them.
+func (c *checker) logEvidence(all []string) []string {
+	keys := slices.DeleteFunc(slices.Clone(all), func(k string) bool { return !strings.ContainsAny(k, "0123456789") })
+	if len(keys) == 0 {
+		return nil
+	}
+	var lines []string
+	for _, path := range c.serverLogs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for l := range strings.Lines(string(b)) {
+			for _, k := range keys {
+				if !strings.Contains(l, k) {
+					continue
+				}
+				if len(lines) == maxEvidence {
+					return append(lines, "… (more in the instances' logs)")
+				}
+				lines = append(lines, filepath.Base(path)+": "+clipLine(strings.TrimSpace(l)))
+				break
+			}
+		}
+	}
+	return lines
+}
+
+// clipLine shortens a log line to what a CI log shows well.
+func clipLine(s string) string {
+	const max = 1200
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
 }
 
 // userWrites are the operations that carry an Idempotency-Key.
@@ -908,7 +956,7 @@ func (c *checker) checkAnswers() {
 		}
 		n++
 		if e.Status == http.StatusInternalServerError || e.Status == http.StatusNotImplemented {
-			vs = append(vs, fmt.Sprintf("#%d %s %s on oncepay-%d: %d %s", e.Seq, e.Method, e.Path, e.Inst, e.Status, clip(e.Resp)))
+			vs = append(vs, fmt.Sprintf("#%d %s %s on oncepay-%d (key %s, request %s): %d %s", e.Seq, e.Method, e.Path, e.Inst, e.Key, e.ReqID, e.Status, clip(e.Resp)))
 		}
 	}
 	c.add("no_500", "no answer is a 500: a dependency that is down is 503 unavailable", n, vs)

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -815,5 +817,40 @@ func set(ctx context.Context, t *testing.T, rdb redis.UniversalClient, key strin
 	t.Helper()
 	if err := rdb.Set(ctx, key, "token", ttl).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestA500ShowsWhatItsInstanceLogged: a 500 sends nothing of its cause; the instance logged
+// it under the request's id. The violation carries the instances' log lines that name the
+// request id or the Idempotency-Key, and the printed summary shows them, so that a CI run
+// whose output is all that is kept still says why.
+func TestA500ShowsWhatItsInstanceLogged(t *testing.T) {
+	dir := t.TempDir()
+	logs := map[string]string{
+		"oncepay-1.log": `{"level":"INFO","msg":"http request","request_id":"chaos-0123456789ab","status":201}` + "\n" +
+			`{"level":"ERROR","msg":"request failed","request_id":"chaos-0123456789ab","err":"Error 1062 (23000): Duplicate entry"}` + "\n",
+		"oncepay-2.log": `{"level":"INFO","msg":"http request","request_id":"chaos-ffffffffffff","status":201}` + "\n",
+	}
+	c := &checker{events: []*event{
+		{Seq: 7, Kind: kindHTTP, Op: "order", Key: "order-7ce9d558f195c2547a08", ReqID: "chaos-0123456789ab", Inst: 1, Method: "POST", Path: "/v1/orders", Status: 500, Resp: `{"code":"internal","detail":"an unexpected error occurred; it has been logged"}`},
+	}}
+	for name, text := range logs {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c.serverLogs = append(c.serverLogs, path)
+	}
+	slices.Sort(c.serverLogs)
+	c.checkAnswers()
+	expectOnly(t, c, "no_500", 1)
+	v := c.violations[0]
+	if len(v.Logs) != 2 || !strings.Contains(v.Logs[1], "Duplicate entry") || !strings.HasPrefix(v.Logs[1], "oncepay-1.log: ") {
+		t.Fatalf("the violation's log lines %q: want oncepay-1's two lines of the request, the error among them", v.Logs)
+	}
+	var out strings.Builder
+	printSummary(&out, summary{Total: 1, Violations: c.violations, Checks: c.results}, "out")
+	if !strings.Contains(out.String(), `"msg":"request failed","request_id":"chaos-0123456789ab"`) || strings.Contains(out.String(), "chaos-ffffffffffff") {
+		t.Errorf("the printed summary does not show the request's log lines alone:\n%s", out.String())
 	}
 }

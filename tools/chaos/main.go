@@ -294,6 +294,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	defer rdb.Close()
 	c := &checker{events: h.snapshot(), start: h.start, db: db, rdb: rdb, state: w.sim.State(), users: w.users, lockTTL: lockTTL, prefix: "oncepay:", exits: map[string]int{},
 		gatewayLog: gatewayLog, hooks: hooks}
+	for _, in := range w.insts {
+		c.serverLogs = append(c.serverLogs, in.logf)
+	}
 	c.kafkaLag, c.dlq, err = kafkaBacklog(ctx, w.kafka.Brokers)
 	if err != nil {
 		return 2, fmt.Errorf("read the consumer group's offsets: %w", err)
@@ -525,6 +528,12 @@ func printSummary(w io.Writer, s summary, out string) {
 		}
 		for _, l := range v.History {
 			fmt.Fprintf(w, "    %s\n", l)
+		}
+		if len(v.Logs) > 0 {
+			fmt.Fprintf(w, "  the instances' log lines naming them:\n")
+			for _, l := range v.Logs {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
 		}
 	}
 	fmt.Fprintf(w, "%d violations; history, summary and report in %s\n", s.Total, out)

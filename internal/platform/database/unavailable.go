@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -58,9 +59,16 @@ var unavailableMessages = []string{
 //
 // A deadlock or a lock wait timeout is not unavailability: IsRetryable and IsLockWaitTimeout
 // name those, and the guard runs or answers them itself.
+//
+// An error that joins several (errors.Join, fmt.Errorf with several %w) is unavailable when
+// one of them is: the first MySQL error of the tree — a duplicate key met just before the
+// server went away, say — must not hide the connection that broke beside it.
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
+	}
+	if branches := joined(err); branches != nil {
+		return slices.ContainsFunc(branches, IsUnavailable)
 	}
 	var me *gomysql.MySQLError
 	if errors.As(err, &me) {
@@ -88,4 +96,16 @@ func IsUnavailable(err error) bool {
 		}
 	}
 	return false
+}
+
+// joined returns the errors of the first error in err's chain that joins several, or nil
+// when the chain joins none.
+func joined(err error) []error {
+	for err != nil {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			return j.Unwrap()
+		}
+		err = errors.Unwrap(err)
+	}
+	return nil
 }

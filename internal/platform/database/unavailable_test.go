@@ -54,6 +54,8 @@ func TestIsUnavailable(t *testing.T) {
 		{"text only: bad connection", errors.New("driver: bad connection"), true},
 		{"text only: invalid connection", fmt.Errorf("commit: %v", gomysql.ErrInvalidConn), true},
 		{"text only: server has gone away", errors.New("Error 2006: MySQL server has gone away"), true},
+		{"a duplicate joined with the connection that broke", errors.Join(mysqlErr(1062, "23000", "Duplicate entry"), gomysql.ErrInvalidConn), true},
+		{"wrapped, a duplicate beside a refused dial", fmt.Errorf("create order: %w", fmt.Errorf("%w; %w", mysqlErr(1062, "23000", "Duplicate entry"), refused)), true},
 
 		{"nil", nil, false},
 		{"1062 duplicate key", mysqlErr(1062, "23000", "Duplicate entry"), false},
@@ -64,6 +66,7 @@ func TestIsUnavailable(t *testing.T) {
 		{"no rows", sql.ErrNoRows, false},
 		{"sqlite busy", errors.New("database is locked (5) (SQLITE_BUSY)"), false},
 		{"unexpected", errors.New("something else went wrong"), false},
+		{"joined, none unavailable", errors.Join(mysqlErr(1062, "23000", "Duplicate entry 'broken pipe'"), errors.New("no")), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
