@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -67,6 +68,31 @@ type stats struct {
 	// cpuErr is why it could not be read.
 	cpu    map[string]time.Duration
 	cpuErr error
+	// latencies are the successful requests' latencies, sorted: merge needs them.
+	latencies []time.Duration
+}
+
+// merge adds the figures of b, another chunk of the same variant, to those of s: the counts,
+// times and CPU add up, the percentiles are those of both chunks' latencies together.
+func (s stats) merge(b stats) stats {
+	if s.errors == nil {
+		return b
+	}
+	out := stats{ok: s.ok + b.ok, elapsed: s.elapsed + b.elapsed, errors: maps.Clone(s.errors), cpuErr: errors.Join(s.cpuErr, b.cpuErr)}
+	for reason, n := range b.errors {
+		out.errors[reason] += n
+	}
+	if s.cpu != nil && b.cpu != nil {
+		out.cpu = maps.Clone(s.cpu)
+		for name, d := range b.cpu {
+			out.cpu[name] += d
+		}
+	}
+	out.latencies = append(slices.Clone(s.latencies), b.latencies...)
+	slices.Sort(out.latencies)
+	out.p50 = percentile(out.latencies, 0.50)
+	out.p99 = percentile(out.latencies, 0.99)
+	return out
 }
 
 // cpuPerRequest is the CPU time process name used per successful request.
@@ -195,6 +221,7 @@ func summarize(workers []worker, elapsed time.Duration) stats {
 		}
 	}
 	slices.Sort(all)
+	s.latencies = all
 	s.ok = len(all)
 	s.p50 = percentile(all, 0.50)
 	s.p99 = percentile(all, 0.99)

@@ -1,10 +1,9 @@
 // Command bench measures what oncepay's idempotency guard costs over the same order
 // transaction served without it, and compares it with gofiber's idempotency middleware.
 //
-// Every variant runs in this one process, one after the other, against HTTP servers on
-// random ports of 127.0.0.1, on the same MySQL database and Redis: ratios are computed
-// within one run, so that the load on the shared machine changes them as little as
-// possible. README.md says how to run it and how to read the tables.
+// Every variant runs in this one process against HTTP servers on random ports of 127.0.0.1,
+// on the same MySQL database and Redis, in alternating chunks (-chunks): ratios are computed
+// within one run, and a swing of the shared machine's load lands on every variant alike. README.md says how to run it and how to read the tables.
 package main
 
 import (
@@ -18,6 +17,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,9 +35,12 @@ type options struct {
 	concurrency int
 	duration    time.Duration
 	runs        int
-	only        *regexp.Regexp
-	stormSize   int
-	cpuProfile  string
+	// chunks splits each variant's duration into that many chunks, run in turns with the
+	// other variants' (runInterleaved); 1 runs the variants one after the other.
+	chunks     int
+	only       *regexp.Regexp
+	stormSize  int
+	cpuProfile string
 	// logInfo logs as oncepay does in production — JSON at info, one access line and one
 	// guard line per request — to a discarding writer, so that logging is priced too.
 	logInfo bool
@@ -92,6 +95,7 @@ func parseFlags(args []string) (options, error) {
 	only := fs.String("only", "", "regexp selecting the variants and storms to run (default: all)")
 	fs.IntVar(&o.concurrency, "c", 16, "concurrent client connections per variant")
 	fs.DurationVar(&o.duration, "d", 5*time.Second, "measured duration of each variant")
+	fs.IntVar(&o.chunks, "chunks", 5, "chunks of each variant's duration, measured in turns with the other variants' (1: one variant after the other)")
 	fs.IntVar(&o.runs, "runs", 1, "runs of every variant; with more than one the medians are printed too")
 	fs.IntVar(&o.stormSize, "storm", 1000, "concurrent copies of one key in each storm")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load generator) to this file")
@@ -102,8 +106,8 @@ func parseFlags(args []string) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if o.concurrency < 1 || o.duration <= 0 || o.runs < 1 || o.stormSize < 1 {
-		return o, fmt.Errorf("bench: -c, -d, -runs and -storm must be positive")
+	if o.concurrency < 1 || o.duration <= 0 || o.runs < 1 || o.stormSize < 1 || o.chunks < 1 {
+		return o, fmt.Errorf("bench: -c, -d, -runs, -chunks and -storm must be positive")
 	}
 	switch *logLevel {
 	case "warn":
@@ -157,15 +161,16 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		return err
 	}
 	defer e.close()
-	fmt.Fprintf(out, "bench: database %s, redis prefix %s, -c %d, -d %s, %d run(s), GOMAXPROCS %d\n\n",
-		e.dbName, e.prefix, opts.concurrency, opts.duration, opts.runs, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "bench: database %s, redis prefix %s, -c %d, -d %s in %d interleaved chunk(s), %d run(s), GOMAXPROCS %d\n",
+		e.dbName, e.prefix, opts.concurrency, opts.duration, opts.chunks, opts.runs, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "load: %s\n\n", loadAverage())
 
 	var (
 		runs      [][]row
 		stormRuns [][]stormResult
 	)
 	for i := range opts.runs {
-		fmt.Fprintf(out, "run %d of %d\n", i+1, opts.runs)
+		fmt.Fprintf(out, "run %d of %d (load %s)\n", i+1, opts.runs, loadAverage())
 		if len(variants) > 0 {
 			rows, err := runVariants(ctx, e, variants, opts)
 			if err != nil {
@@ -189,4 +194,18 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	printGoals(out, runs)
 	return nil
+}
+
+// loadAverage is the machine's 1-, 5- and 15-minute load averages, as /proc/loadavg gives
+// them, printed with the figures they were measured under.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ") + " (1, 5, 15 min)"
 }

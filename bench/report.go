@@ -31,6 +31,9 @@ var comparisons = []struct{ label, num, den string }{
 
 // runVariants runs every variant once, one after the other.
 func runVariants(ctx context.Context, e *env, vs []variant, opts options) ([]row, error) {
+	if opts.chunks > 1 {
+		return runInterleaved(ctx, e, vs, opts)
+	}
 	rows := make([]row, 0, len(vs))
 	for _, v := range vs {
 		if err := ctx.Err(); err != nil {
@@ -48,6 +51,40 @@ func runVariants(ctx context.Context, e *env, vs []variant, opts options) ([]row
 			stop()
 		}
 		rows = append(rows, r)
+	}
+	return rows, ctx.Err()
+}
+
+// runInterleaved measures the variants in alternating chunks: every variant is started,
+// then each gets opts.duration/opts.chunks in turn, round after round, and its chunks are
+// merged. A swing of the shared machine's load then lands on every variant alike instead of
+// on whichever ran during it, so a ratio within the run measures the code, not the load.
+func runInterleaved(ctx context.Context, e *env, vs []variant, opts options) ([]row, error) {
+	rows := make([]row, len(vs))
+	targets := make([]*target, len(vs))
+	for i, v := range vs {
+		rows[i] = row{name: v.name, baseline: v.baseline}
+		t, stop, err := v.start(ctx, e)
+		if err != nil {
+			rows[i].err = err
+			continue
+		}
+		defer stop()
+		if t.cpu == nil {
+			t.cpu = cpuOfPIDs(e.storePIDs(ctx))
+		}
+		targets[i] = &t
+	}
+	chunk := opts.duration / time.Duration(opts.chunks)
+	for range opts.chunks {
+		for i, t := range targets {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if t != nil {
+				rows[i].stats = rows[i].stats.merge(measure(ctx, *t, opts.concurrency, chunk))
+			}
+		}
 	}
 	return rows, ctx.Err()
 }
