@@ -193,7 +193,9 @@ type Request struct {
 	// Refused, when set, tells a refusal of the work that must not be stored — a channel
 	// report with an amount that does not match, so that the corrected copy still applies —
 	// from a failure: such an attempt ends Rejected, not Failed, in its answer and its attempt
-	// log. Nothing is stored either way.
+	// log. Nothing is stored either way. A refusal answers only a key with no committed
+	// record: were the work run for a key whose answer the replay cache had lost, the record
+	// answers instead (a replay, or the key reused).
 	Refused func(err error) bool
 	// Before, when set, is the part of the work that must run outside the transaction — a
 	// call to another system, such as closing a trade at the payment channel before a cancel
@@ -643,6 +645,17 @@ func (g *Guard) refused(ctx context.Context, req Request, err error) (Result, er
 		return g.storeRejection(ctx, req, resp, err)
 	}
 	if req.Refused != nil && req.Refused(err) {
+		// A refusal that is not stored answers only a key with no committed record. The work
+		// may have run without the replay cache's answer — an entry Redis lost, a restart
+		// that emptied it — and then a copy of a committed request, or its key reused with
+		// another body, is the record's to answer: never the work's refusal, on which the
+		// caller may act (a channel report's anomaly), as nothing may happen before the key.
+		switch res, found, ferr := g.fromRecord(context.WithoutCancel(ctx), req); {
+		case found:
+			return res, ferr
+		case ferr != nil:
+			return Result{}, ferr
+		}
 		return Result{Outcome: Rejected, Layer: layerWork}, err
 	}
 	return Result{}, err

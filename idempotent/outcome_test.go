@@ -505,3 +505,48 @@ func TestDoRetriesAnAbortedTransaction(t *testing.T) {
 		})
 	}
 }
+
+// TestARefusalWaitsForTheRecord: the replay cache lost a committed key's answer (Redis
+// restarted empty, an entry evicted) while its record remains, so the next copy runs the work,
+// and the work refuses without storing (Request.Refused: a channel report with a wrong amount).
+// The answer is still the record's — the first answer replayed for the same body,
+// idempotency_key_reused for another — never the work's refusal, on which the caller would act
+// (a report records its anomaly): nothing happens before the key.
+func TestARefusalWaitsForTheRecord(t *testing.T) {
+	errWrongAmount := errors.New("the amount does not match")
+	tests := []struct {
+		name    string
+		body    string
+		outcome idempotent.Outcome
+		err     error
+	}{
+		{"the same body", `{"amount":100}`, idempotent.Replayed, nil},
+		{"another body", `{"amount":999}`, idempotent.Mismatch, idempotent.ErrKeyReused},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			g := e.guard(idempotent.Config{})
+			key := testKey(t, "user:1", "k")
+			mustExecute(t, g, request(key, `{"amount":100}`), effectWork(key.BizKey, 0, http.StatusCreated))
+			if err := e.rdb.Del(context.Background(), g.CacheKey(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+
+			req := request(key, tt.body)
+			req.Refused = func(err error) bool { return errors.Is(err, errWrongAmount) }
+			ran := false
+			res, err := g.Do(context.Background(), req, func(context.Context, *gorm.DB, func(idempotent.Response) error) error {
+				ran = true
+				return errWrongAmount
+			})
+			if res.Outcome != tt.outcome || !errors.Is(err, tt.err) || errors.Is(err, errWrongAmount) {
+				t.Fatalf("with the cache entry lost (work ran: %v): outcome %q err %v, want %q / %v", ran, res.Outcome, err, tt.outcome, tt.err)
+			}
+			if n := countEffects(t, e.db, key.BizKey); n != 1 {
+				t.Errorf("side_effects rows = %d, want 1", n)
+			}
+		})
+	}
+}
