@@ -66,8 +66,10 @@ type checker struct {
 	results    []checkResult
 	violations []violation
 
-	// serverLogs are the oncepay instances' log files, read for a violation's evidence.
+	// serverLogs are the oncepay instances' log files, read for a violation's evidence;
+	// logText holds their text once read.
 	serverLogs []string
+	logText    []string
 
 	// gatewayLog is the gateway's access log by request id (gateway.go); nil without one.
 	gatewayLog map[string]gatewayLine
@@ -153,13 +155,17 @@ func (c *checker) logEvidence(all []string) []string {
 	if len(keys) == 0 {
 		return nil
 	}
-	var lines []string
-	for _, path := range c.serverLogs {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
+	if c.logText == nil {
+		c.logText = make([]string, len(c.serverLogs))
+		for i, path := range c.serverLogs {
+			if b, err := os.ReadFile(path); err == nil {
+				c.logText[i] = string(b)
+			}
 		}
-		for l := range strings.Lines(string(b)) {
+	}
+	var lines []string
+	for i, path := range c.serverLogs {
+		for l := range strings.Lines(c.logText[i]) {
 			for _, k := range keys {
 				if !strings.Contains(l, k) {
 					continue
