@@ -191,6 +191,14 @@ func TestRetriedUntil2xx(t *testing.T) {
 	if len(log) != 2 || log[0].StatusCode != 500 || log[1].StatusCode != 200 || log[1].ResponseSnippet == nil || *log[1].ResponseSnippet != `{"received":true}` {
 		t.Errorf("log %+v, want 500 then 200 with the answer's bytes", log)
 	}
+	// Each attempt says when its lease was claimed, on the database's clock, before it was
+	// signed: the claim, not the send, tells which round a 2xx ended when a redelivery comes
+	// while it is in flight.
+	for _, a := range log {
+		if a.ClaimedAt == nil || a.ClaimedAt.After(a.SentAt.Add(time.Millisecond)) || a.SentAt.Sub(*a.ClaimedAt) > 5*time.Second {
+			t.Errorf("attempt %d claimed at %v, signed at %v: want a claim just before the signature", a.Attempt, a.ClaimedAt, a.SentAt)
+		}
+	}
 }
 
 // TestFailingForTheWholeSchedule: a receiver that never answers 2xx gets 1 + len(schedule)

@@ -67,11 +67,14 @@ func (Delivery) TableName() string { return "webhook_deliveries" }
 
 // Attempt is a row of webhook_attempts: one attempt sent, with what came back.
 type Attempt struct {
-	ID              int64
-	DeliveryID      int64
-	EndpointID      int64
-	EventID         int64
-	Attempt         int
+	ID         int64
+	DeliveryID int64
+	EndpointID int64
+	EventID    int64
+	Attempt    int
+	// ClaimedAt is when the attempt's lease was claimed, on the database's clock: an attempt
+	// claimed before a redelivery committed is of the round before it (record).
+	ClaimedAt       *time.Time
 	SentAt          time.Time
 	StatusCode      int
 	LatencyMS       int64 `gorm:"column:latency_ms"`
@@ -179,6 +182,8 @@ type Claimed struct {
 	skew time.Duration
 	// class is the endpoint's class when its slot was taken: Done gives the slot back to it.
 	class class
+	// at is the database's time the claim compared with: the attempt's ClaimedAt.
+	at time.Time
 }
 
 // Claim takes the leases of due deliveries — pending, due, unleased or with an expired
@@ -314,7 +319,7 @@ func (s *Sender) claim(ctx context.Context, d Delivery, now time.Time, skew time
 	d.Attempts++
 	d.RoundAttempts++
 	d.LockedUntil, d.LockedBy = &until, &token
-	return Claimed{Delivery: d, Token: token, skew: skew, class: cls}, true, nil
+	return Claimed{Delivery: d, Token: token, skew: skew, class: cls, at: now}, true, nil
 }
 
 // Done gives back the slot c held: its endpoint may be sent another attempt.
@@ -565,7 +570,7 @@ func snippet(b []byte) string {
 func (s *Sender) record(ctx context.Context, c Claimed, e Endpoint, r result) error {
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		a := Attempt{ID: s.ids.Next(), DeliveryID: c.ID, EndpointID: c.EndpointID, EventID: c.EventID, Attempt: c.Attempts,
-			SentAt: r.sentAt, StatusCode: r.status, LatencyMS: r.latency.Milliseconds(), Error: nonEmpty(r.err), ResponseSnippet: nonEmpty(r.snippet)}
+			ClaimedAt: &c.at, SentAt: r.sentAt, StatusCode: r.status, LatencyMS: r.latency.Milliseconds(), Error: nonEmpty(r.err), ResponseSnippet: nonEmpty(r.snippet)}
 		if err := tx.Create(&a).Error; err != nil {
 			return err
 		}

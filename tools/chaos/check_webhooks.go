@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -322,11 +323,14 @@ type redeliveredSet struct {
 // acted on a 2xx answer of that event — acked maps the id of each receiver request whose 2xx
 // oncepay's delivery log recorded (the answer's body names its request) to that log line —
 // unless an operator's redelivery of the event was asked for before the copy came and took
-// effect after the 2xx did. A 2xx the sender never recorded (the instance
-// was killed -9 before it could, or the answer came after the attempt's timeout, as after a
-// pause of the receiver) did not acknowledge anything, and the contract asks for the next
-// attempt then.
-func resendViolations(attempts []hookAttempt, acked map[string]string, reds []redeliveredSet) []string {
+// effect after the acknowledged attempt was claimed: an attempt in flight when a redelivery
+// commits is of the round before it, and the redelivery follows it even when it is answered
+// 2xx (docs/contract.md, webhooks). claimed holds each acknowledged request's claim time from
+// the delivery log (the database's clock); a request without one counts from its arrival. A
+// 2xx the sender never recorded (the instance was killed -9 before it could, or the answer
+// came after the attempt's timeout, as after a pause of the receiver) did not acknowledge
+// anything, and the contract asks for the next attempt then.
+func resendViolations(attempts []hookAttempt, acked map[string]string, claimed map[string]time.Time, reds []redeliveredSet) []string {
 	byEvent := map[string][]hookAttempt{}
 	for _, a := range attempts {
 		byEvent[a.EventID] = append(byEvent[a.EventID], a)
@@ -340,9 +344,14 @@ func resendViolations(attempts []hookAttempt, acked map[string]string, reds []re
 		for i := range as {
 			a := &as[i]
 			if ack != nil {
+				since := ack.At
+				if c, ok := claimed[ack.ID]; ok && c.Before(since) {
+					since = c
+				}
 				for _, r := range reds {
-					// Asked for before the copy came, and in effect after the 2xx did.
-					if r.events[id] && r.done.After(ack.At) && !r.at.After(a.At) {
+					// Asked for before the copy came, and in effect after the acknowledged
+					// attempt was claimed.
+					if r.events[id] && r.done.After(since) && !r.at.After(a.At) {
 						ack = nil // the operator asked for it again: a new round
 						break
 					}
@@ -422,21 +431,25 @@ func (c *checker) checkWebhookDeliveries(ctx context.Context, evs []committedEve
 	c.add("webhooks_delivered", "every committed event's delivery ended succeeded, and the receiver answered one of its requests 2xx", len(evs),
 		deliveredViolations(evs, deliveries, h.attempts))
 
-	acked := map[string]string{}
-	rows, err = c.db.QueryContext(ctx, `SELECT CAST(event_id AS CHAR), attempt, status_code, sent_at, COALESCE(response_snippet, '') FROM webhook_attempts WHERE endpoint_id = ? AND status_code BETWEEN 200 AND 299`, endpoint)
+	acked, claimed := map[string]string{}, map[string]time.Time{}
+	rows, err = c.db.QueryContext(ctx, `SELECT CAST(event_id AS CHAR), attempt, status_code, claimed_at, sent_at, COALESCE(response_snippet, '') FROM webhook_attempts WHERE endpoint_id = ? AND status_code BETWEEN 200 AND 299`, endpoint)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
 		var id, snippet string
 		var attempt, status int
+		var claim sql.NullTime
 		var sent time.Time
-		if err := rows.Scan(&id, &attempt, &status, &sent, &snippet); err != nil {
+		if err := rows.Scan(&id, &attempt, &status, &claim, &sent, &snippet); err != nil {
 			rows.Close()
 			return err
 		}
 		if r := requestOf(snippet); r != "" {
-			acked[r] = fmt.Sprintf("attempt %d of event %s, signed at %s, answered %d", attempt, id, clockOf(sent), status)
+			acked[r] = fmt.Sprintf("attempt %d of event %s, claimed at %s, signed at %s, answered %d", attempt, id, clockOf(claim.Time), clockOf(sent), status)
+			if claim.Valid {
+				claimed[r] = claim.Time
+			}
 		}
 	}
 	rows.Close()
@@ -459,7 +472,7 @@ func (c *checker) checkWebhookDeliveries(ctx context.Context, evs []committedEve
 		reds = append(reds, set)
 	}
 	c.add("webhooks_no_resend_after_2xx", "no event was sent again after oncepay acted on a 2xx of it, but by an operator's redelivery", len(acked),
-		resendViolations(h.attempts, acked, reds))
+		resendViolations(h.attempts, acked, claimed, reds))
 
 	// The feed's lag: each event's creation (on its instance's clock; the skewed instance's
 	// taken back by its known offset) to its fan-out, which stamps the delivery's created_at
