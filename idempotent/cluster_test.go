@@ -142,6 +142,9 @@ func TestClusterStorm(t *testing.T) {
 					}
 				}
 				owner := direct(t, nodes[k])
+				// The attempt log is written off the request's path: wait until what the storm
+				// and the replays queued has been sent before looking for it on the master.
+				g.DrainAttemptLog()
 				if n, err := owner.Exists(ctx, g.CacheKey(k)).Result(); err != nil || n != 1 {
 					t.Errorf("%s: the replay cache entry is not on its master %s: %d, %v", k, nodes[k], n, err)
 				}
