@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/oncepay/oncepay/internal/account"
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/order"
 	"github.com/oncepay/oncepay/internal/platform/ids"
 
 	"gorm.io/gorm"
@@ -31,6 +33,7 @@ var serverOrderBody = []byte(`{"items":[{"sku":"SKU-1002","quantity":1}]}`)
 
 func init() {
 	extraVariants = append(extraVariants,
+		variant{name: "service-orders", baseline: "bare", start: startServiceOrders},
 		variant{name: "server-orders-unguarded", baseline: "bare", start: startServerUnguarded},
 		variant{name: "server-orders", baseline: "bare", start: startServerOrders},
 		variant{name: "server-orders-replay", baseline: "floor-replay", start: startServerReplay},
@@ -42,6 +45,9 @@ func init() {
 type oncepayServer struct {
 	url string
 	err error
+	app *app.App
+	// alice is the id of the bench's user in the server's database.
+	alice int64
 }
 
 // oncepayServers are the real servers by name: "guarded", and "unguarded" with the guard
@@ -60,6 +66,42 @@ func startServerOrders(ctx context.Context, e *env) (target, func(), error) {
 func startServerUnguarded(ctx context.Context, e *env) (target, func(), error) {
 	url, err := e.oncepayURL(ctx, "unguarded")
 	return serverTarget(e, url), func() {}, err
+}
+
+// startServiceOrders is a probe of what the route's own statements cost: a net/http handler
+// that runs order.Service.Create of the unguarded server in a transaction, for alice and one
+// unit of serverSKU, and answers the order's id. It sends the route's statements in the
+// route's round trips (BEGIN, the price read, one batch of the new rows and the stock UPDATE,
+// COMMIT: as many as bare's), and skips everything else the route does: the router, the
+// authentication, the body's decoding and validation, the guard, the view's JSON, the logging
+// and metrics middleware. Against bare it measures the rows; against server-orders-unguarded,
+// the HTTP layers around them.
+func startServiceOrders(ctx context.Context, e *env) (target, func(), error) {
+	if _, err := e.oncepayURL(ctx, "unguarded"); err != nil {
+		return target{}, nil, err
+	}
+	s := oncepayServers["unguarded"]
+	orders, db := s.app.Orders(), s.app.DB
+	lines := []order.Line{{SKU: serverSKU, Quantity: 1}}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			writeJSON(w, http.StatusBadRequest, errorJSON("unreadable_body"))
+			return
+		}
+		var o order.Order
+		err := db.WithContext(r.Context()).Transaction(func(tx *gorm.DB) error {
+			var err error
+			o, err = orders.Create(r.Context(), tx, s.alice, lines, nil)
+			return err
+		})
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, errorJSON("internal"))
+			return
+		}
+		writeJSON(w, http.StatusCreated, orderJSON(o.ID))
+	})
+	url, stop, err := serveHTTP(benchMux(h))
+	return e.newKeyTarget(url + "/orders"), stop, err
 }
 
 // startServerReplay sends one POST /v1/orders, then replays its key.
@@ -88,7 +130,7 @@ func (e *env) oncepayURL(ctx context.Context, name string) (string, error) {
 	if !ok {
 		s = &oncepayServer{}
 		oncepayServers[name] = s
-		s.url, s.err = e.startOncepay(ctx, name, idemlab.Lab{Unguarded: name == "unguarded"})
+		s.app, s.alice, s.url, s.err = e.startOncepay(ctx, name, idemlab.Lab{Unguarded: name == "unguarded"})
 	}
 	return s.url, s.err
 }
@@ -97,27 +139,28 @@ func (e *env) oncepayURL(ctx context.Context, name string) (string, error) {
 // and an embedded Kafka, with the guard's lab switches, serves its router with net/http
 // like the other variants (the background loops do not run: only the request path is
 // measured), and raises the stock of serverSKU. Everything is undone when the environment
-// closes.
-func (e *env) startOncepay(ctx context.Context, name string, lab idemlab.Lab) (string, error) {
+// closes. It returns the app, the id of the bench's user and the server's base URL.
+func (e *env) startOncepay(ctx context.Context, name string, lab idemlab.Lab) (*app.App, int64, string, error) {
 	cfg, err := e.oncepayConfig(ctx, name)
 	if err != nil {
-		return "", err
+		return nil, 0, "", err
 	}
 	e.defer1(func() { e.deleteRedisKeys(cfg.RedisPrefix + "*") })
 	a, err := app.New(ctx, cfg, app.Deps{GuardConfig: func(c idempotent.Config) idempotent.Config { return idemlab.With(c, lab) }})
 	if err != nil {
-		return "", fmt.Errorf("app.New: %w", err)
+		return nil, 0, "", fmt.Errorf("app.New: %w", err)
 	}
 	e.defer1(a.Close)
-	if err := ensureBenchUser(ctx, a.DB); err != nil {
-		return "", err
+	alice, err := ensureBenchUser(ctx, a.DB)
+	if err != nil {
+		return nil, 0, "", err
 	}
 	url, stop, err := serveHTTP(a.Handler())
 	if err != nil {
-		return "", err
+		return nil, 0, "", err
 	}
 	e.defer1(stop)
-	return url, raiseStock(ctx, url, cfg.AdminKey)
+	return a, alice, url, raiseStock(ctx, url, cfg.AdminKey)
 }
 
 // oncepayConfig is the default configuration with a MySQL database of the server's own
@@ -173,14 +216,16 @@ func raiseStock(ctx context.Context, url, adminKey string) error {
 	return nil
 }
 
-// ensureBenchUser makes the user whose key is aliceKey in db, unless it exists.
-func ensureBenchUser(ctx context.Context, db *gorm.DB) error {
+// ensureBenchUser makes the user whose key is aliceKey in db, unless it exists, and returns
+// the user's id.
+func ensureBenchUser(ctx context.Context, db *gorm.DB) (int64, error) {
 	gen, err := ids.New(1000)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if _, err := account.NewUsers(db, gen).Ensure(ctx, "bench-alice", aliceKey); err != nil {
-		return fmt.Errorf("the bench's user: %w", err)
+	id, err := account.NewUsers(db, gen).Ensure(ctx, "bench-alice", aliceKey)
+	if err != nil {
+		return 0, fmt.Errorf("the bench's user: %w", err)
 	}
-	return nil
+	return id, nil
 }

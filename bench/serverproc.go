@@ -216,7 +216,7 @@ func (e *env) startCluster(ctx context.Context, name string, n int, extra ...str
 	if c.db, err = openGorm(dsn); err != nil {
 		return nil, err
 	}
-	if err := ensureBenchUser(ctx, c.db); err != nil {
+	if _, err := ensureBenchUser(ctx, c.db); err != nil {
 		return nil, err
 	}
 	e.defer1(func() {
