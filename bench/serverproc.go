@@ -26,6 +26,7 @@ const clockTick = 10 * time.Millisecond
 func init() {
 	extraVariants = append(extraVariants,
 		variant{name: "server-orders-proc", baseline: "bare", start: startServerProc},
+		variant{name: "server-orders-proc-1p", baseline: "bare", start: startServerProc1P},
 	)
 }
 
@@ -34,7 +35,22 @@ func init() {
 // info to a file — so that the CPU it spends per order can be read from /proc apart from the
 // load generator's, beside MariaDB's and Redis's.
 func startServerProc(ctx context.Context, e *env) (target, func(), error) {
-	p, err := e.oncepayProcess(ctx)
+	return e.serverProcTarget(ctx, "proc")
+}
+
+// startServerProc1P is startServerProc with the server's Go runtime held to one processor
+// (GOMAXPROCS=1): a probe of what the runtime's own thread handoffs cost a server that shares
+// two cores with MariaDB, Redis and the load generator. With two processors, each round trip's
+// wake-up can move a goroutine to another thread, and sysmon polls every 20 µs while a thread
+// sits in a syscall; perf puts a third of the server's samples in the kernel's task switch.
+func startServerProc1P(ctx context.Context, e *env) (target, func(), error) {
+	return e.serverProcTarget(ctx, "proc1p", "GOMAXPROCS=1")
+}
+
+// serverProcTarget is the order request at the oncepay process name, started on first use
+// with extra environment, and the CPU of that process, MariaDB and Redis.
+func (e *env) serverProcTarget(ctx context.Context, name string, extra ...string) (target, func(), error) {
+	p, err := e.oncepayProcess(ctx, name, extra...)
 	if err != nil {
 		return target{}, nil, err
 	}
@@ -81,25 +97,27 @@ type oncepayProc struct {
 	err  error
 }
 
-// serverProc is the one oncepay process of this bench, started on first use.
-var serverProc *oncepayProc
+// serverProcs are the oncepay processes of this bench by name, each started on first use and
+// shared by every run; the variants run one at a time, so it needs no lock.
+var serverProcs = map[string]*oncepayProc{}
 
-// oncepayProcess starts, on first use, one oncepay process (startCluster) and finds the pids
-// of MariaDB and Redis beside it.
-func (e *env) oncepayProcess(ctx context.Context) (*oncepayProc, error) {
-	if serverProc != nil {
-		return serverProc, serverProc.err
+// oncepayProcess starts, on first use of name, one oncepay process (startCluster) with extra
+// environment, and finds the pids of MariaDB and Redis beside it.
+func (e *env) oncepayProcess(ctx context.Context, name string, extra ...string) (*oncepayProc, error) {
+	if p, ok := serverProcs[name]; ok {
+		return p, p.err
 	}
-	serverProc = &oncepayProc{}
-	c, err := e.startCluster(ctx, "proc", 1)
+	p := &oncepayProc{}
+	serverProcs[name] = p
+	c, err := e.startCluster(ctx, name, 1, extra...)
 	if err != nil {
-		serverProc.err = err
-		return serverProc, err
+		p.err = err
+		return p, err
 	}
-	serverProc.url = c.urls[0]
-	serverProc.pids = e.storePIDs(ctx)
-	serverProc.pids["server"] = c.pids[0]
-	return serverProc, nil
+	p.url = c.urls[0]
+	p.pids = e.storePIDs(ctx)
+	p.pids["server"] = c.pids[0]
+	return p, nil
 }
 
 // cluster is n oncepay processes on one database and one Redis, as a deployment runs them.

@@ -17,6 +17,9 @@ type goal struct {
 	atMost bool
 	bar    float64
 	unit   string
+	// probe marks a figure printed beside the targets, to show what bounds one: it has the
+	// bar of the target it probes, and no verdict.
+	probe bool
 }
 
 // goals are the targets, each printed with its figure and whether it is met.
@@ -29,6 +32,7 @@ var goals = []goal{
 	{label: "guard-replay p99 ÷ floor-replay p99", value: p99Of("guard-replay", "floor-replay"), atMost: true, bar: 1.5},
 	{label: "server-orders-replay p99 ÷ floor-replay p99", value: p99Of("server-orders-replay", "floor-replay"), atMost: true, bar: 1.5},
 	{label: "server CPU per new order (server-orders-proc)", value: cpuOf("server-orders-proc", "server"), atMost: true, bar: 550, unit: "µs"},
+	{label: "server CPU per new order, GOMAXPROCS=1 (server-orders-proc-1p)", value: cpuOf("server-orders-proc-1p", "server"), atMost: true, bar: 550, unit: "µs", probe: true},
 }
 
 // ratioOf is the req/s of num ÷ den within one run.
@@ -62,6 +66,9 @@ func cpuOf(variant, process string) func([]row) (float64, bool) {
 
 // met says whether x reaches g's bar.
 func (g goal) met(x float64) string {
+	if g.probe {
+		return "probe"
+	}
 	if (g.atMost && x <= g.bar) || (!g.atMost && x >= g.bar) {
 		return "met"
 	}
