@@ -51,6 +51,19 @@ func throughProxy(t *testing.T, db *gorm.DB, options ...func(*gomysql.Config)) (
 	return p, via
 }
 
+// proxiedGuard is a guard on MariaDB through a fault proxy of its own (throughProxy, with
+// options), classifying errors with mysqlerr and counting into reg. The test's env reaches the
+// same database directly, to look at what was written. It skips without MariaDB.
+func proxiedGuard(t *testing.T, options ...func(*gomysql.Config)) (e *env, p *testnet.Proxy, g *idempotent.Guard, reg *prometheus.Registry) {
+	t.Helper()
+	idemtest.RequireMySQL(t)
+	e = newEnvOn(t, idemtest.MySQL)
+	p, via := throughProxy(t, e.db, options...)
+	reg = prometheus.NewRegistry()
+	g = idempotent.New(via, e.rdb, idempotent.Config{Classify: mysqlerr.Classify, Registerer: reg})
+	return e, p, g, reg
+}
+
 // TestCommitAnswerLost: the connection breaks the moment the dedup transaction's COMMIT has
 // gone out, before its answer comes back (a proxy cuts it: testnet.Proxy.CutAfterCommit). The
 // server commits; the guard cannot know that from the connection, so it asks the record on
@@ -58,11 +71,7 @@ func throughProxy(t *testing.T, db *gorm.DB, options ...func(*gomysql.Config)) (
 // running the work a second time. The next copy of the request replays it. Without the
 // resolution the attempt answers the driver's "invalid connection", a 503 to the client.
 func TestCommitAnswerLost(t *testing.T) {
-	idemtest.RequireMySQL(t)
-	e := newEnvOn(t, idemtest.MySQL)
-	p, via := throughProxy(t, e.db)
-	reg := prometheus.NewRegistry()
-	g := idempotent.New(via, e.rdb, idempotent.Config{Classify: mysqlerr.Classify, Registerer: reg})
+	e, p, g, reg := proxiedGuard(t)
 	key := testKey(t, "u1", "k1")
 	ctx := context.Background()
 
@@ -94,10 +103,7 @@ func TestCommitAnswerLost(t *testing.T) {
 // call executed with one effect — not replayed, which a CI run once answered when the record
 // was read before the server had applied the COMMIT, and never a second effect.
 func TestCommitLandsAfterItsAnswerWasLost(t *testing.T) {
-	idemtest.RequireMySQL(t)
-	e := newEnvOn(t, idemtest.MySQL)
-	p, via := throughProxy(t, e.db, func(c *gomysql.Config) { c.ReadTimeout = 150 * time.Millisecond })
-	g := idempotent.New(via, e.rdb, idempotent.Config{Classify: mysqlerr.Classify, Registerer: prometheus.NewRegistry()})
+	e, p, g, _ := proxiedGuard(t, func(c *gomysql.Config) { c.ReadTimeout = 150 * time.Millisecond })
 	key := testKey(t, "u1", "k1")
 	var cuts atomic.Int32
 	defer p.CommitLate(1, 400*time.Millisecond, func() { cuts.Add(1) })()
@@ -128,10 +134,7 @@ func wantExecutedOnce(t *testing.T, e *env, key idempotent.Key, what string, res
 // transaction back; the guard runs it again on another connection and the write happens
 // once.
 func TestConnectionLostInTheWork(t *testing.T) {
-	idemtest.RequireMySQL(t)
-	e := newEnvOn(t, idemtest.MySQL)
-	p, via := throughProxy(t, e.db)
-	g := idempotent.New(via, e.rdb, idempotent.Config{Classify: mysqlerr.Classify, Registerer: prometheus.NewRegistry()})
+	e, p, g, _ := proxiedGuard(t)
 	key := testKey(t, "u1", "k1")
 	var runs, failed atomic.Int32
 	work := idempotent.Respond(func(ctx context.Context, tx *gorm.DB) (idempotent.Response, error) {
@@ -181,10 +184,7 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // runs again while RetryFor lasts — never the duplicate, which would reach the service as an
 // unexpected error (a 500 in the chaos run) although the key may well be another copy's.
 func TestDuplicateWhileTheRecordCannotBeRead(t *testing.T) {
-	idemtest.RequireMySQL(t)
-	e := newEnvOn(t, idemtest.MySQL)
-	p, via := throughProxy(t, e.db)
-	g := idempotent.New(via, e.rdb, idempotent.Config{Classify: mysqlerr.Classify, Registerer: prometheus.NewRegistry()})
+	e, p, g, _ := proxiedGuard(t)
 	key := testKey(t, "u1", "k1")
 	taken, err := insertEffect(e.db, "taken")
 	if err != nil {
