@@ -29,7 +29,18 @@ var comparisons = []struct{ label, num, den string }{
 	{"server-orders-replay ÷ floor-replay", "server-orders-replay", "floor-replay"},
 }
 
-// runVariants runs every variant once, one after the other.
+// startMeasured starts v, and has a target that reads no CPU of its own read the bench
+// process's, MariaDB's and Redis's.
+func (v variant) startMeasured(ctx context.Context, e *env) (target, func(), error) {
+	t, stop, err := v.start(ctx, e)
+	if err == nil && t.cpu == nil {
+		t.cpu = cpuOfPIDs(e.storePIDs(ctx))
+	}
+	return t, stop, err
+}
+
+// runVariants runs every variant once, one after the other (with opts.chunks over 1, in
+// alternating chunks: runInterleaved).
 func runVariants(ctx context.Context, e *env, vs []variant, opts options) ([]row, error) {
 	if opts.chunks > 1 {
 		return runInterleaved(ctx, e, vs, opts)
@@ -40,13 +51,10 @@ func runVariants(ctx context.Context, e *env, vs []variant, opts options) ([]row
 			return nil, err
 		}
 		r := row{name: v.name, baseline: v.baseline}
-		t, stop, err := v.start(ctx, e)
+		t, stop, err := v.startMeasured(ctx, e)
 		if err != nil {
 			r.err = err
 		} else {
-			if t.cpu == nil {
-				t.cpu = cpuOfPIDs(e.storePIDs(ctx))
-			}
 			r.stats = measure(ctx, t, opts.concurrency, opts.duration)
 			stop()
 		}
@@ -64,15 +72,12 @@ func runInterleaved(ctx context.Context, e *env, vs []variant, opts options) ([]
 	targets := make([]*target, len(vs))
 	for i, v := range vs {
 		rows[i] = row{name: v.name, baseline: v.baseline}
-		t, stop, err := v.start(ctx, e)
+		t, stop, err := v.startMeasured(ctx, e)
 		if err != nil {
 			rows[i].err = err
 			continue
 		}
 		defer stop()
-		if t.cpu == nil {
-			t.cpu = cpuOfPIDs(e.storePIDs(ctx))
-		}
 		targets[i] = &t
 	}
 	chunk := opts.duration / time.Duration(opts.chunks)

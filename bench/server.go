@@ -77,10 +77,10 @@ func startServerUnguarded(ctx context.Context, e *env) (target, func(), error) {
 // and metrics middleware. Against bare it measures the rows; against server-orders-unguarded,
 // the HTTP layers around them.
 func startServiceOrders(ctx context.Context, e *env) (target, func(), error) {
-	if _, err := e.oncepayURL(ctx, "unguarded"); err != nil {
-		return target{}, nil, err
+	s := e.oncepay(ctx, "unguarded")
+	if s.err != nil {
+		return target{}, nil, s.err
 	}
-	s := oncepayServers["unguarded"]
 	orders, db := s.app.Orders(), s.app.DB
 	lines := []order.Line{{SKU: serverSKU, Quantity: 1}}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -124,14 +124,21 @@ func serverTarget(e *env, url string) target {
 	}
 }
 
-// oncepayURL returns the base URL of the real server name, starting it the first time.
-func (e *env) oncepayURL(ctx context.Context, name string) (string, error) {
+// oncepay returns the real server name, starting it the first time; its err says why it
+// could not start.
+func (e *env) oncepay(ctx context.Context, name string) *oncepayServer {
 	s, ok := oncepayServers[name]
 	if !ok {
 		s = &oncepayServer{}
 		oncepayServers[name] = s
 		s.app, s.alice, s.url, s.err = e.startOncepay(ctx, name, idemlab.Lab{Unguarded: name == "unguarded"})
 	}
+	return s
+}
+
+// oncepayURL returns the base URL of the real server name, starting it the first time.
+func (e *env) oncepayURL(ctx context.Context, name string) (string, error) {
+	s := e.oncepay(ctx, name)
 	return s.url, s.err
 }
 
