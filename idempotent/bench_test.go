@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -51,8 +52,9 @@ func reportRate(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
-// benchNewKeys runs benchWork under a fresh key per operation through a guard with cfg.
-func benchNewKeys(b *testing.B, cfg idempotent.Config) {
+// benchNewKeys runs benchWork under a fresh key per operation through a guard with cfg, each
+// request passed through shape when one is given.
+func benchNewKeys(b *testing.B, cfg idempotent.Config, shape ...func(idempotent.Request) idempotent.Request) {
 	e := benchEnv(b)
 	g := e.guard(cfg)
 	fingerprint := fp("/bench", `{"amount":100}`)
@@ -63,7 +65,11 @@ func benchNewKeys(b *testing.B, cfg idempotent.Config) {
 		ctx := context.Background()
 		for pb.Next() {
 			key := idempotent.Key{Scope: "user:1", BizType: "bench", BizKey: strconv.FormatInt(seq.Add(1), 10)}
-			res, err := g.Do(ctx, idempotent.Request{Key: key, Fingerprint: fingerprint}, idempotent.Respond(benchWork))
+			req := idempotent.Request{Key: key, Fingerprint: fingerprint}
+			for _, f := range shape {
+				req = f(req)
+			}
+			res, err := g.Do(ctx, req, idempotent.Respond(benchWork))
 			if err != nil || res.Outcome != idempotent.Executed {
 				b.Errorf("Do: outcome %q err %v", res.Outcome, err)
 				return
@@ -73,11 +79,16 @@ func benchNewKeys(b *testing.B, cfg idempotent.Config) {
 	reportRate(b)
 }
 
-// BenchmarkNewKeyAllLayers is the cost of a first request through every layer with the
-// defaults: one Lua round trip for the cache miss and the lease (watchdog armed), the work,
-// the finished dedup record inserted once after it, commit, one Lua round trip to fill the
-// cache and release.
+// BenchmarkNewKeyAllLayers is the cost of a first request with the defaults: a request with
+// no work outside its transaction asks the guard's memory (no round trip), runs the work and
+// inserts the finished dedup record after it, commits, and keeps its answer; the attempt log
+// goes to Redis off its path.
 func BenchmarkNewKeyAllLayers(b *testing.B) { benchNewKeys(b, idempotent.Config{}) }
+
+// BenchmarkNewKeyLeased is BenchmarkNewKeyAllLayers for a request with work outside its
+// transaction (an empty Before): one Lua round trip for the cache miss and the lease
+// (watchdog armed) before the work, one to fill the cache and release after it.
+func BenchmarkNewKeyLeased(b *testing.B) { benchNewKeys(b, idempotent.Config{}, leased) }
 
 // BenchmarkNewKeyRecordFirst is BenchmarkNewKeyAllLayers with the record inserted
 // PROCESSING before the work and completed after it: the placement the default replaced.
@@ -118,12 +129,24 @@ func BenchmarkNewKeyNoLayers(b *testing.B) {
 	reportRate(b)
 }
 
-// BenchmarkReplayFromCache is the cost of a duplicate: one key, answered from Redis.
-func BenchmarkReplayFromCache(b *testing.B) {
+// BenchmarkReplayFromCache is the cost of a duplicate at the guard that answered it: one key,
+// answered from the guard's memory, no round trip.
+func BenchmarkReplayFromCache(b *testing.B) { benchReplay(b) }
+
+// BenchmarkReplayLeased is BenchmarkReplayFromCache for a request with work outside its
+// transaction: answered from the Redis cache by the claim script, one round trip.
+func BenchmarkReplayLeased(b *testing.B) { benchReplay(b, leased) }
+
+// benchReplay replays one key at the guard that executed it, each request passed through
+// shape when one is given.
+func benchReplay(b *testing.B, shape ...func(idempotent.Request) idempotent.Request) {
 	e := benchEnv(b)
 	g := e.guard(idempotent.Config{})
 	ctx := context.Background()
 	req := idempotent.Request{Key: idempotent.Key{Scope: "user:1", BizType: "bench", BizKey: "replay"}, Fingerprint: fp("/bench", `{}`)}
+	for _, f := range shape {
+		req = f(req)
+	}
 	if res, err := g.Do(ctx, req, idempotent.Respond(benchWork)); err != nil || res.Outcome != idempotent.Executed {
 		b.Fatalf("first Do: outcome %q err %v", res.Outcome, err)
 	}
@@ -136,6 +159,47 @@ func BenchmarkReplayFromCache(b *testing.B) {
 				b.Errorf("Do: outcome %q layer %q err %v", res.Outcome, res.Layer, err)
 				return
 			}
+		}
+	})
+	reportRate(b)
+}
+
+// BenchmarkReplayAtAnotherInstance is the cost of the first copy of a key at an instance that
+// did not answer it: each operation replays, at a second guard, a key the first one executed
+// before the timer started. Its transaction runs the work and meets the committed record,
+// which it replays and keeps; this is what a replay costs once per instance and key.
+func BenchmarkReplayAtAnotherInstance(b *testing.B) {
+	e := benchEnv(b)
+	first, other := e.guard(idempotent.Config{}), e.guard(idempotent.Config{})
+	fingerprint := fp("/bench", `{"amount":100}`)
+	keys := make([]idempotent.Key, b.N)
+	var next atomic.Int64
+	run := func(each func(idempotent.Key)) {
+		var wg sync.WaitGroup
+		for range benchParallelism {
+			wg.Go(func() {
+				for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
+					each(keys[i])
+				}
+			})
+		}
+		wg.Wait()
+		next.Store(0)
+	}
+	for i := range keys {
+		keys[i] = idempotent.Key{Scope: "user:1", BizType: "bench-elsewhere", BizKey: strconv.Itoa(b.N) + "-" + strconv.Itoa(i)}
+	}
+	ctx := context.Background()
+	run(func(k idempotent.Key) {
+		if res, err := first.Do(ctx, idempotent.Request{Key: k, Fingerprint: fingerprint}, idempotent.Respond(benchWork)); err != nil || res.Outcome != idempotent.Executed {
+			b.Errorf("first Do: outcome %q err %v", res.Outcome, err)
+		}
+	})
+	b.ResetTimer()
+	run(func(k idempotent.Key) {
+		res, err := other.Do(ctx, idempotent.Request{Key: k, Fingerprint: fingerprint}, idempotent.Respond(benchWork))
+		if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerDedup {
+			b.Errorf("Do at the other instance: outcome %q layer %q err %v", res.Outcome, res.Layer, err)
 		}
 	})
 	reportRate(b)

@@ -68,6 +68,7 @@ func TestConflictStored(t *testing.T) {
 			if err := e.rdb.FlushDB(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
+			g.DropAnswers()
 			fromRecord, err := g.Do(ctx, req("k-2"), claimWork(classify, "u1", "c1", idempotent.Conflict))
 			if err != nil || fromRecord.Outcome != idempotent.Replayed || fromRecord.Layer != idempotent.LayerDedup {
 				t.Errorf("replay of k-2 from the record: %q %q err %v, want replayed by the dedup layer", fromRecord.Outcome, fromRecord.Layer, err)

@@ -14,10 +14,12 @@ import (
 var kitPackages = []string{"", "/httpkey", "/dberr", "/mysqlerr", "/sqliteerr", "/pgerr", "/idemops", "/idemtest", "/idemlab"}
 
 // coreModules are the only modules the core and its net/http adapter may build with: a
-// service that imports them pulls in gorm, go-redis, redsync and Prometheus's client, never
-// a SQL driver, a router, a migration tool or a Kafka client.
+// service that imports them pulls in gorm, go-redis, redsync, Prometheus's client and
+// hashicorp's LRU (the answers a guard keeps in memory; it has no dependency of its own),
+// never a SQL driver, a router, a migration tool or a Kafka client.
 var coreModules = []string{
 	"github.com/beorn7/perks", "github.com/cespare/xxhash/v2", "github.com/go-redsync/redsync/v4",
+	"github.com/hashicorp/golang-lru/v2",
 	"github.com/jinzhu/inflection", "github.com/jinzhu/now", "github.com/munnerz/goautoneg",
 	"github.com/oncepay/oncepay/idempotent", "github.com/prometheus/client_golang", "github.com/prometheus/client_model",
 	"github.com/prometheus/common", "github.com/prometheus/procfs", "github.com/redis/go-redis/v9",

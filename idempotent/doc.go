@@ -42,18 +42,23 @@
 // reads the record's times whatever the MySQL DSN's parseTime says (TestMySQLWithoutParseTime);
 // it writes them in UTC, which is go-sql-driver's default loc.
 //
-// Four layers, cheapest first. The first three live in Redis and only save work; the fourth
-// lives in the caller's database transaction and is the one that guarantees exactly-once.
+// Four layers, cheapest first. The first three live in Redis (and the guard's memory) and only
+// save work; the fourth lives in the caller's database transaction and is the one that
+// guarantees exactly-once.
 //
 //  1. Token (I7). A one-time token (tok_…) issued before a form is shown is consumed
 //     atomically by a Lua script; a token that is missing or belongs to another scope is
 //     refused with ErrTokenInvalid.
 //  2. Replay cache. A finished outcome is cached, so a duplicate is answered without touching
-//     the database: one GET. A request whose work is all in the transaction takes no lease:
-//     its record fences it (layer 4), its copies at one guard wait for the first one's answer
-//     holding no database connection, one at another guard waits on the first one's
-//     uncommitted record and replays it, and its outcome is written to the cache with a plain
-//     SET once committed — two plain commands where a lease takes two scripts.
+//     the database. A request whose work is all in the transaction takes no lease and sends
+//     Redis nothing on its path: its record fences it (layer 4), its copies at one guard wait
+//     for the first one's answer holding no database connection, one at another guard waits on
+//     the first one's uncommitted record and replays it, and the guard keeps its outcome in
+//     memory (no round trip for a replay at the same guard; another guard's copy meets the
+//     committed record and keeps it from then on). A purge or an eviction makes every guard
+//     drop that memory before it returns: it counts up an epoch in Redis that each guard reads
+//     at most once a second, and a guard that cannot read it answers from the record. A request
+//     with a lease reads the Redis cache in its claim script.
 //  3. Lock (I4). A request with work outside the transaction (Request.Before, Request.After)
 //     takes a lease per key with a random owner, in the same Lua script that reads the cache
 //     (one round trip), released, compare-and-delete, by the script that fills the cache (one

@@ -61,6 +61,7 @@ func TestMySQLWithoutParseTime(t *testing.T) {
 	if err := rdb.FlushDB(ctx).Err(); err != nil { // the cache entry is gone: the record answers
 		t.Fatal(err)
 	}
+	g.DropAnswers()
 	down := idempotent.New(db, idemtest.Unreachable(t), idempotent.Config{Classify: mysqlerr.Classify})
 	for name, guard := range map[string]*idempotent.Guard{"cache empty": g, "redis down": down} {
 		res, err := guard.Do(ctx, req, effectWork("once", 0, http.StatusCreated))

@@ -71,6 +71,10 @@ func (g *Guard) evict(ctx context.Context, k Key) (Record, error) {
 	if err := g.rdb.Del(ctx, g.cacheKey(k), g.markerKey(k)).Err(); err != nil {
 		return rec, errors.Join(errEvictCacheKept, err)
 	}
+	// Every instance drops the answers it keeps in memory, the evicted one among them.
+	if err := g.forgetAnswers(ctx); err != nil {
+		return rec, errors.Join(errEvictCacheKept, err)
+	}
 	if !found {
 		return Record{}, opskit.ErrRecordNotFound
 	}
@@ -81,7 +85,7 @@ func (g *Guard) evict(ctx context.Context, k Key) (Record, error) {
 // answers them like any other Redis outage: retry later.
 var (
 	errEvictWithoutRedis = &Error{Code: ErrUnavailable.Code, Detail: "redis is unavailable: evicting a key needs its lock; retry later"}
-	errEvictCacheKept    = &Error{Code: ErrUnavailable.Code, Detail: "the record was evicted but redis did not drop its cached outcome; retry the eviction"}
+	errEvictCacheKept    = &Error{Code: ErrUnavailable.Code, Detail: "the record was evicted but redis did not drop its cached outcome, or the instances the answers they keep; retry the eviction"}
 )
 
 // lookupBizKey returns the committed records of bizType and bizKey in any scope

@@ -204,10 +204,11 @@ func ExampleGuard_Message() {
 
 	ctx := context.Background()
 	m := message{ID: "msg-1", Value: []byte(`{"text":"hello"}`)}
-	consume(ctx, m) // the first delivery
-	consume(ctx, m) // a redelivery: the marker says done
-	mr.FlushAll()   // Redis lost its memory (a failover, an eviction)
-	consume(ctx, m) // the record in the database still answers
+	consume(ctx, m)                                                                  // the first delivery
+	consume(ctx, m)                                                                  // a redelivery: the marker says done
+	mr.FlushAll()                                                                    // Redis lost its memory (a failover, an eviction),
+	guard = idempotent.New(db, rdb, idempotent.Config{Classify: sqliteerr.Classify}) // and the instance restarted
+	consume(ctx, m)                                                                  // the record in the database still answers
 	var notes int64
 	db.Model(&note{}).Count(&notes)
 	fmt.Println("notes:", notes)

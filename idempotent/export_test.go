@@ -59,3 +59,11 @@ var ErrDatabaseBusy = errDatabaseBusy
 
 // IsToken reports whether key is a server-issued one-time token.
 var IsToken = isToken
+
+// DropAnswers drops the answers g keeps in memory, as a purge or an eviction makes every
+// instance do, so that a test can see the record answer a copy.
+func (g *Guard) DropAnswers() {
+	g.answers.mu.Lock()
+	defer g.answers.mu.Unlock()
+	g.answers.drop()
+}

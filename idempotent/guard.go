@@ -136,6 +136,7 @@ type Guard struct {
 	metrics   *metrics
 	log       *attemptLog
 	flights   flights
+	answers   *answers
 }
 
 // New returns a guard whose dedup records live in db (table idempotency_records, see
@@ -161,6 +162,7 @@ func New(db *gorm.DB, rdb redis.UniversalClient, cfg Config) *Guard {
 		g.rdb, g.rs = rdb, redsync.New(goredis.NewPool(rdb))
 	}
 	g.log = &attemptLog{g: g}
+	g.answers = newAnswers(g.rdb, g.cfg.KeyPrefix+"idem:answers-epoch", g.cfg.CacheTTL)
 	return g
 }
 
@@ -284,20 +286,21 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		degraded = res.Degraded
 	}
 
-	// Layers 2 and 3. A finished outcome in the replay cache answers without the database.
-	// A request with work outside the transaction (Before, After) also takes the lease (I4),
-	// in the same round trip: one attempt at a time runs the outside call, and the watchdog
-	// cancels the work if the lease is lost. A request without one asks the cache alone: the
-	// record's unique key is its fence, and its copies wait for the first (below).
+	// Layers 2 and 3. A request with work outside the transaction (Before, After) asks the
+	// replay cache in Redis and takes the lease (I4) in one round trip: one attempt at a time
+	// runs the outside call, and the watchdog cancels the work if the lease is lost. A request
+	// without one sends Redis nothing: it asks this guard's own answers, the record's unique
+	// key is its fence, and its copies wait for the first (below).
 	workCtx := ctx
 	fenced := g.fencedByRecord(req)
 	var (
 		l      *lease
 		cached *cached
+		gen    int64
 		cerr   error
 	)
 	if fenced {
-		cached, cerr = g.cacheGet(ctx, req.Key)
+		cached, gen, cerr = g.answers.get(ctx, req.Key)
 	} else {
 		l, cached, cerr = g.claim(ctx, req)
 	}
@@ -321,7 +324,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		if g.rdb == nil {
 			err.Detail = "the request's work outside the transaction must run under its idempotency lease, which needs Redis"
 		}
-		g.finish(ctx, req, l, Result{}, err, start, cerr == nil)
+		g.finish(ctx, req, l, Result{}, err, start, attempted{redisUp: cerr == nil, gen: gen})
 		return Result{Outcome: Unavailable, Layer: layerLock}, err
 	}
 
@@ -331,7 +334,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	noCache := (g.cfg.Lab.NoCache || cerr != nil || g.rdb == nil) && !g.cfg.Lab.RecordFirst
 	if noCache || req.Before != nil {
 		if res, found, err := g.fromRecord(ctx, req); found || err != nil {
-			g.finish(ctx, req, l, res, err, start, cerr == nil)
+			g.finish(ctx, req, l, res, err, start, attempted{redisUp: cerr == nil, gen: gen})
 			return res, err
 		}
 	}
@@ -339,7 +342,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	defer func() {
 		if p := recover(); p != nil {
 			// A panicking work must not hold the lease.
-			g.finish(ctx, req, l, Result{}, errPanicked, start, cerr == nil)
+			g.finish(ctx, req, l, Result{}, errPanicked, start, attempted{redisUp: cerr == nil, gen: gen})
 			panic(p)
 		}
 	}()
@@ -349,7 +352,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	}
 	if g.cfg.Lab.BeforeWork != nil {
 		if err := g.cfg.Lab.BeforeWork(workCtx, req.Key); err != nil {
-			g.finish(ctx, req, l, Result{}, err, start, cerr == nil)
+			g.finish(ctx, req, l, Result{}, err, start, attempted{redisUp: cerr == nil, gen: gen})
 			return Result{}, err
 		}
 	}
@@ -358,7 +361,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	if req.Before != nil {
 		if berr := req.Before(workCtx); berr != nil {
 			res, err = g.refused(workCtx, req, berr)
-			g.finish(ctx, req, l, res, err, start, cerr == nil)
+			g.finish(ctx, req, l, res, err, start, attempted{redisUp: cerr == nil, gen: gen})
 			return res, err
 		}
 	}
@@ -378,18 +381,17 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	if err == nil && res.Outcome == Executed && res.Rejection == nil && req.After != nil {
 		req.After(workCtx, res)
 	}
-	g.finish(ctx, req, l, res, err, start, cerr == nil)
+	g.finish(ctx, req, l, res, err, start, attempted{redisUp: cerr == nil, gen: gen})
 	return res, err
 }
 
 // fencedByRecord reports whether req is fenced by its dedup record alone, with no lease: it
 // has no work outside the transaction, which its record could not undo or fence. Such a
-// request sends Redis two plain commands, the cache read before the work and the cache fill
-// after it, where a leased one runs the claim and release scripts; its copies wait for the
-// first one's answer instead of being refused ErrKeyInUse. The fill is awaited: a copy right
-// after the answer — a key reused with another body, say — must find it, or it would run the
-// work only to meet the record. The bench's and the lab's switches model the leased designs,
-// and keep the lease.
+// request sends Redis nothing on its path, where a leased one runs the claim and release
+// scripts: its replays come from this guard's answers (answers) or, at another instance, from
+// the committed record its transaction meets; its copies wait for the first one's answer
+// instead of being refused ErrKeyInUse. Only its attempt log goes to Redis, in batches off
+// the path. The bench's and the lab's switches model the leased designs, and keep the lease.
 func (g *Guard) fencedByRecord(req Request) bool {
 	return req.Before == nil && req.After == nil && g.rdb != nil && !g.cfg.Lab.set()
 }
@@ -397,10 +399,18 @@ func (g *Guard) fencedByRecord(req Request) bool {
 // errPanicked stands for the error of an attempt whose work panicked, in its attempt log.
 var errPanicked = errors.New("the work panicked")
 
+// attempted is what the guard learned before the work: whether Redis answered, and the
+// generation of this guard's answers that a fenced request keeps its answer under.
+type attempted struct {
+	redisUp bool
+	gen     int64
+}
+
 // finish releases the lease, fills the replay cache with a committed outcome and logs the
-// attempt, in one round trip where the lease allows it. redisUp is false when the claim found
-// Redis unreachable: then nothing is sent.
-func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, err error, start time.Time, redisUp bool) {
+// attempt, in one round trip where the lease allows it; a fenced request keeps its answer in
+// this guard's memory instead. at.redisUp is false when the claim or the read of the answers'
+// epoch found Redis unreachable: then nothing is kept or sent.
+func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, err error, start time.Time, at attempted) {
 	var fill *cached
 	if !g.cfg.Lab.NoCache && storable(res.Response.Status) &&
 		(res.Outcome == Executed || (res.Outcome == Replayed && res.Layer == layerDedup)) {
@@ -410,8 +420,12 @@ func (g *Guard) finish(ctx context.Context, req Request, l *lease, res Result, e
 	switch {
 	case l != nil:
 		l.release(bg, fill)
-	case !redisUp || g.rdb == nil || (g.cfg.Lab.NoLock && g.cfg.Lab.NoCache):
+	case !at.redisUp || g.rdb == nil || (g.cfg.Lab.NoLock && g.cfg.Lab.NoCache):
 		return
+	case g.fencedByRecord(req):
+		if fill != nil {
+			g.answers.keep(req.Key, fill, at.gen)
+		}
 	case fill != nil:
 		g.cachePut(bg, req.Key, fill)
 	}

@@ -1,11 +1,16 @@
 package app_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/internal/app"
 	"github.com/oncepay/oncepay/internal/config"
@@ -21,10 +26,14 @@ import (
 // rows, then its dedup record, then its contended rows — so the record's INSERT comes before
 // every UPDATE and every locking read of the transaction, and a duplicate is refused before
 // any hot row is locked. A new order also holds its round-trip budget: at most 4 MySQL round
-// trips, BEGIN and COMMIT included.
+// trips, BEGIN and COMMIT included, and no Redis command about its key on the request's path
+// (its record is its fence; only its attempt log follows, pipelined off the path).
 func TestWritesArePlanned(t *testing.T) {
 	db, wire := testenv.DBOverWire(t)
-	s := apptest.StartOn(t, app.Deps{DB: db, Redis: testenv.Redis(t), Kafka: testenv.Kafka(t)}, func(c *config.Config) {
+	rc := testenv.Redis(t)
+	redisLog := &singleCommands{}
+	rc.Client.AddHook(redisLog)
+	s := apptest.StartOn(t, app.Deps{DB: db, Redis: rc, Kafka: testenv.Kafka(t)}, func(c *config.Config) {
 		c.CloseJobInterval, c.ReconcileJobInterval, c.RefundJobInterval, c.PurgeJobInterval = time.Hour, time.Hour, time.Hour, time.Hour
 	})
 	item := apptest.Item{SKU: "PLAN-" + apptest.RandHex(3), Quantity: 2}
@@ -87,10 +96,17 @@ func TestWritesArePlanned(t *testing.T) {
 
 	var created order.View
 	t.Run("create order", func(t *testing.T) {
+		key := "plan-create-" + apptest.RandHex(4)
+		redisLog.take()
 		tx := planOf(t, func() {
-			r := apptest.Must(t, s.PostOrder(apptest.AliceKey, "plan-create-"+apptest.RandHex(4), item, other), http.StatusCreated)
+			r := apptest.Must(t, s.PostOrder(apptest.AliceKey, key, item, other), http.StatusCreated)
 			r.Decode(t, &created)
 		})
+		for _, cmd := range redisLog.take() {
+			if strings.Contains(fmt.Sprint(cmd...), key) {
+				t.Errorf("a new order sent Redis %v on its path, want no command about its key", cmd)
+			}
+		}
 		recordFirst(t, tx)
 		t.Logf("a new order of two SKUs:\n%s", describeCmds(tx))
 		if len(tx) > 4 {
@@ -232,4 +248,38 @@ func describeCmds(cmds []testenv.Command) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// singleCommands logs the Redis commands sent one at a time, as a request's path sends them;
+// pipelines, which the guard sends off the path, pass unlogged.
+type singleCommands struct {
+	mu   sync.Mutex
+	cmds [][]any
+}
+
+// DialHook passes dials through.
+func (l *singleCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook logs the command.
+func (l *singleCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		l.mu.Lock()
+		l.cmds = append(l.cmds, cmd.Args())
+		l.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook passes pipelines through.
+func (l *singleCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// take returns the commands logged so far and empties the log.
+func (l *singleCommands) take() [][]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cmds := l.cmds
+	l.cmds = nil
+	return cmds
 }
