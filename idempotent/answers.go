@@ -1,15 +1,25 @@
+// The answers a guard gives the copies of a key by itself, without asking the database
+// again: to the copies in flight while the first one runs (flights), to the copies that come
+// after it (answers, kept in memory), and what it logs of every copy (the attempt log). A
+// write fenced by its record meets this file and guard.go only; redis.go holds the lease, the
+// Redis replay cache and the message marker of the other writes.
+
 package idempotent
 
 import (
 	"context"
 	"errors"
 	"maps"
+	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oncepay/oncepay/idempotent/internal/opskit"
 )
 
 // answers keeps the stored answers this guard committed or replayed, in process, so that a
@@ -135,4 +145,215 @@ func (g *Guard) forgetAnswers(ctx context.Context) error {
 	case <-time.After(answersCheck):
 		return nil
 	}
+}
+
+// flights lets the copies of one request that reach one guard while a first copy's
+// transaction runs wait for its answer, instead of each running a transaction of its own. It
+// serves the attempts that hold no lease — every write fenced by its record, and any write of
+// a guard without Redis or with Redis down — whose fence is the record's unique key: there every concurrent copy would wait on the first's
+// uncommitted record holding a database connection, and a storm of one key would take the
+// whole pool. With flights an instance holds at most one connection per key and request.
+type flights struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+// flight is one first copy's attempt; done is closed once res and err are set.
+type flight struct {
+	done chan struct{}
+	res  Result
+	err  error
+}
+
+// do runs attempt as the first copy of name, or waits for the first copy's answer. A copy
+// that waited is answered the first one's stored outcome as a replay. When the first copy
+// ended without a stored outcome (an error, a copy in flight elsewhere) the copy runs again
+// itself: the error was the first copy's — its context, its connection — not the request's.
+func (f *flights) do(ctx context.Context, name string, attempt func() (Result, error)) (Result, error) {
+	for {
+		f.mu.Lock()
+		if f.m == nil {
+			f.m = map[string]*flight{}
+		}
+		first, waiting := f.m[name]
+		if !waiting {
+			first = &flight{done: make(chan struct{})}
+			f.m[name] = first
+		}
+		f.mu.Unlock()
+
+		if !waiting {
+			return f.run(name, first, attempt)
+		}
+		select {
+		case <-first.done:
+		case <-ctx.Done():
+			return Result{}, context.Cause(ctx)
+		}
+		if first.err == nil && storable(first.res.Response.Status) &&
+			(first.res.Outcome == Executed || first.res.Outcome == Replayed) {
+			return Result{Response: first.res.Response, Outcome: Replayed, Layer: layerDedup}, nil
+		}
+	}
+}
+
+// run is do's first copy: it answers the waiting copies however attempt ends, a panic
+// included.
+func (f *flights) run(name string, fl *flight, attempt func() (Result, error)) (Result, error) {
+	fl.err = errPanicked
+	defer func() {
+		f.mu.Lock()
+		delete(f.m, name)
+		f.mu.Unlock()
+		close(fl.done)
+	}()
+	fl.res, fl.err = attempt()
+	return fl.res, fl.err
+}
+
+// The attempt log: every copy of a key, appended to the key's log in Redis off the request's
+// path, for a person diagnosing it (idemops.Attempts).
+
+// attempt is a log entry being written.
+type attempt struct {
+	at             time.Time
+	rid, via       string
+	outcome, layer string
+	status         int
+	duration       time.Duration
+}
+
+func (g *Guard) newAttempt(ctx context.Context, req Request, res Result, err error, start time.Time) *attempt {
+	outcome := string(res.Outcome)
+	switch {
+	case outcome == "" && err != nil:
+		outcome = string(Failed)
+	case outcome == "":
+		outcome = string(Executed)
+	}
+	return &attempt{at: start, rid: g.cfg.RequestID(ctx), via: req.Via, outcome: outcome,
+		layer: res.Layer, status: res.Response.Status, duration: time.Since(start)}
+}
+
+// attemptLog appends attempts to their keys' logs off the request's path. The log is for a
+// person diagnosing a key (idemops.Attempts, the admin lookup): it must say how many copies came and
+// when, but no copy should wait for it — an XADD in the claim's script was a fifth of a
+// replay's cost. add queues an entry and returns; one goroutine at a time sends what is
+// queued in one pipeline and exits once the queue is empty, so an idle guard runs nothing.
+// Past maxQueuedAttempts (Redis slow or down) entries are dropped and counted.
+type attemptLog struct {
+	g       *Guard
+	sendMu  sync.Mutex // held while a batch is taken and sent, so that flush waits for it
+	mu      sync.Mutex
+	queue   []queuedAttempt
+	sending bool
+}
+
+type queuedAttempt struct {
+	key Key
+	a   *attempt
+}
+
+// maxQueuedAttempts bounds the memory the log takes while Redis does not keep up.
+const maxQueuedAttempts = 8192
+
+// attemptLogGather is how long a queued attempt waits for others before it is sent.
+const attemptLogGather = 5 * time.Millisecond
+
+func (l *attemptLog) add(k Key, a *attempt) {
+	if l.g.rdb == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.queue) >= maxQueuedAttempts {
+		l.g.metrics.attemptsDropped.Inc()
+		return
+	}
+	l.queue = append(l.queue, queuedAttempt{key: k, a: a})
+	if !l.sending {
+		l.sending = true
+		go l.drain()
+	}
+}
+
+// drain sends the queue until it finds it empty. It lets the queue gather for a moment
+// first: a storm's copies then share a pipeline instead of sending one each.
+func (l *attemptLog) drain() {
+	time.Sleep(attemptLogGather)
+	for {
+		l.sendMu.Lock()
+		l.mu.Lock()
+		batch := l.queue
+		l.queue = nil
+		if len(batch) == 0 {
+			l.sending = false
+			l.mu.Unlock()
+			l.sendMu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		l.send(batch)
+		l.sendMu.Unlock()
+	}
+}
+
+// flush sends what is queued now and waits for a batch already on its way, for a reader of
+// the log who must see every attempt this guard has answered.
+func (l *attemptLog) flush() {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
+	l.mu.Lock()
+	batch := l.queue
+	l.queue = nil
+	l.mu.Unlock()
+	l.send(batch)
+}
+
+// send appends batch to the logs in one pipeline: each log a stream capped near 64 entries
+// that lives as long as the replay cache.
+func (l *attemptLog) send(batch []queuedAttempt) {
+	if len(batch) == 0 {
+		return
+	}
+	g := l.g
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pipe := g.rdb.Pipeline()
+	for _, q := range batch {
+		a := q.a
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: g.logKey(q.key), MaxLen: 64, Approx: true, Values: []any{
+			"t", a.at.UnixMilli(), "rid", a.rid, "via", a.via, "outcome", a.outcome, "layer", a.layer,
+			"status", a.status, "ms", strconv.FormatFloat(float64(a.duration.Microseconds())/1000, 'f', 3, 64)}})
+		pipe.PExpire(ctx, g.logKey(q.key), g.cfg.CacheTTL)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		g.metrics.redisErrors.WithLabelValues(layerCache).Inc()
+	}
+}
+
+// attempts returns the logged attempts at k, oldest first (idemops.Attempts).
+func (g *Guard) attempts(ctx context.Context, k Key) ([]opskit.Attempt, error) {
+	if g.rdb == nil {
+		return nil, nil
+	}
+	g.log.flush()
+	msgs, err := g.rdb.XRange(ctx, g.logKey(k), "-", "+").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]opskit.Attempt, 0, len(msgs))
+	for _, m := range msgs {
+		str := func(f string) string { s, _ := m.Values[f].(string); return s }
+		ms, _ := strconv.ParseInt(str("t"), 10, 64)
+		status, _ := strconv.Atoi(str("status"))
+		d, _ := strconv.ParseFloat(str("ms"), 64)
+		out = append(out, opskit.Attempt{
+			At: time.UnixMilli(ms).UTC(), RequestID: str("rid"), Via: str("via"), Outcome: str("outcome"),
+			Layer: str("layer"), Status: status, Duration: time.Duration(d * float64(time.Millisecond)), DurationMS: d,
+		})
+	}
+	// Two pipelines (the background one and a flush) may have crossed: order by time.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out, nil
 }
