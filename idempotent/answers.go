@@ -30,7 +30,7 @@ import (
 // and that instance keeps the answer from then on.
 //
 // Memory must forget what the purge forgets (I6), on every instance. The purge ends by
-// counting up a shared epoch in Redis and waiting answersCheck (Guard.forgetAnswers); an
+// setting a shared epoch in Redis to a new value and waiting answersCheck (Guard.forgetAnswers); an
 // instance answers from memory only while it has read that epoch within answersCheck, and
 // drops everything it keeps when the epoch has moved. So once Purge returns, no instance
 // answers a purged key from memory. An instance that cannot read the epoch — Redis
@@ -42,7 +42,10 @@ type answers struct {
 	rdb      redis.UniversalClient
 	epochKey string
 
-	checked atomic.Int64 // UnixNano of the last read of the epoch, 0 when memory is not to be trusted
+	// start is the origin of checked, read on the monotonic clock, so that a step of the wall
+	// clock neither stretches nor shortens the second a read of the epoch is trusted for.
+	start   time.Time
+	checked atomic.Int64 // time since start of the last read of the epoch, 0 when memory is not to be trusted
 	gen     atomic.Int64 // counts the times memory was dropped
 
 	mu       sync.Mutex // held while the epoch is read, by one request at a time
@@ -50,9 +53,15 @@ type answers struct {
 	failedAt time.Time
 }
 
-// maxAnswers bounds the memory the answers take: a few kilobytes each at most (the body of
-// an order), some tens of megabytes in all.
+// maxAnswers bounds how many answers an instance keeps. Their size is the answers' own: an
+// order's is under a kilobyte, so oncepay's take some megabytes; a service whose answers are
+// large keeps as many of them.
 const maxAnswers = 16384
+
+// epochRead bounds the read of the epoch, which one request makes for every request of the
+// instance: it runs on a context of its own, so that the request's cancellation — a client
+// gone away — is not taken for Redis being down.
+const epochRead = answersCheck
 
 // answersCheck is how long a read of the epoch lets memory answer, and how long the purge
 // waits after it counted the epoch up. While Redis cannot be reached, it is also how long an
@@ -61,7 +70,7 @@ const maxAnswers = 16384
 const answersCheck = time.Second
 
 func newAnswers(rdb redis.UniversalClient, epochKey string, ttl time.Duration) *answers {
-	return &answers{lru: expirable.NewLRU[string, cached](maxAnswers, nil, ttl), rdb: rdb, epochKey: epochKey}
+	return &answers{lru: expirable.NewLRU[string, cached](maxAnswers, nil, ttl), rdb: rdb, epochKey: epochKey, start: time.Now()}
 }
 
 func answerName(k Key) string {
@@ -97,20 +106,25 @@ func (a *answers) keep(k Key, c *cached, gen int64) {
 // current reads the epoch when the last read is answersCheck old, and drops memory when it
 // moved or cannot be read.
 func (a *answers) current(ctx context.Context) error {
-	if time.Since(time.Unix(0, a.checked.Load())) < answersCheck {
+	if a.fresh() {
 		return nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := time.Now()
-	if now.Sub(time.Unix(0, a.checked.Load())) < answersCheck {
+	if a.fresh() {
 		return nil // another request read it meanwhile
 	}
+	now := time.Now()
 	if now.Sub(a.failedAt) < answersCheck {
 		return errRedisDown
 	}
-	epoch, err := a.rdb.Get(ctx, a.epochKey).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), epochRead)
+	defer cancel()
+	epoch, err := a.rdb.Get(rctx, a.epochKey).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		epoch = "" // never set, or lost with Redis's data: a change like any other
+	case err != nil:
 		a.drop()
 		a.failedAt = now
 		return errors.Join(errRedisDown, err)
@@ -119,8 +133,14 @@ func (a *answers) current(ctx context.Context) error {
 		a.drop()
 		a.epoch = epoch
 	}
-	a.checked.Store(now.UnixNano())
+	a.checked.Store(int64(now.Sub(a.start)) + 1)
 	return nil
+}
+
+// fresh reports whether the last read of the epoch is less than answersCheck old.
+func (a *answers) fresh() bool {
+	checked := a.checked.Load()
+	return checked != 0 && time.Since(a.start)-time.Duration(checked-1) < answersCheck
 }
 
 // drop forgets every kept answer; a.mu is held.
@@ -130,13 +150,15 @@ func (a *answers) drop() {
 	a.lru.Purge()
 }
 
-// forgetAnswers makes every instance drop the answers it keeps: it counts the shared epoch
-// up, then waits until every instance's last read of the old epoch has lapsed (answers).
+// forgetAnswers makes every instance drop the answers it keeps: it sets the shared epoch to
+// a value never used before, then waits until every instance's last read of the old one has
+// lapsed (answers). A random value and not a counter: a counter that Redis lost (a restart
+// without persistence, a flush) would count up again to a value an instance still holds.
 func (g *Guard) forgetAnswers(ctx context.Context) error {
 	if g.rdb == nil {
 		return nil
 	}
-	if err := g.rdb.Incr(ctx, g.answers.epochKey).Err(); err != nil {
+	if err := g.rdb.Set(ctx, g.answers.epochKey, randomToken(), 0).Err(); err != nil {
 		return err
 	}
 	select {

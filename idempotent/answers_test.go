@@ -2,10 +2,15 @@ package idempotent_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/idempotent"
 	"github.com/oncepay/oncepay/idempotent/idemops"
@@ -134,4 +139,82 @@ func TestAnswersNeedTheEpoch(t *testing.T) {
 	if n := countEffects(t, e.db, k.BizKey); n != 1 {
 		t.Errorf("%d side effects, want 1", n)
 	}
+}
+
+// TestACancelledRequestIsNotRedisDown: the read of the answers' epoch serves every request of
+// the instance, so the request that happens to make it must not lend it its cancellation. A
+// client that went away while the read was due left the instance refusing every fenced
+// request for a second (503 in reject mode) with its memory dropped.
+func TestACancelledRequestIsNotRedisDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := e.guard(idempotent.Config{RejectWithoutRedis: true})
+	k := testKey(t, "user:1", "k")
+	mustExecute(t, g, request(k, `{}`), effectWork(k.BizKey, 0, http.StatusCreated))
+	time.Sleep(1100 * time.Millisecond) // the last read of the epoch lapses
+
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	other := testKey(t, "user:2", "other")
+	_, _ = g.Do(gone, request(other, `{}`), effectWork(other.BizKey, 0, http.StatusCreated))
+
+	res, err := g.Do(context.Background(), request(k, `{}`), effectWork(k.BizKey, 0, http.StatusCreated))
+	if err != nil || res.Outcome != idempotent.Replayed || res.Layer != idempotent.LayerCache || len(res.Degraded) != 0 {
+		t.Errorf("the next request: %q layer %q degraded %v err %v, want replayed from memory", res.Outcome, res.Layer, res.Degraded, err)
+	}
+}
+
+// TestARerunPurgeFinishesTheForgetting: a purge that deleted its records but could not set the
+// epoch returns ErrPurgeIncomplete, and its rerun, which finds nothing left to delete, must
+// still make the instances forget: before, it returned 0 and no error, and the purged key was
+// replayed from memory.
+func TestARerunPurgeFinishesTheForgetting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.guard(idempotent.Config{})
+	var failing atomic.Bool
+	client := redis.NewClient(e.rdb.Options())
+	t.Cleanup(func() { _ = client.Close() })
+	client.AddHook(failEpoch{&failing})
+	purger := e.guardWith(client, idempotent.Config{})
+	ctx := context.Background()
+	k := testKey(t, "user:1", "k")
+	mustExecute(t, a, request(k, `{}`), effectWork(k.BizKey, 0, http.StatusCreated))
+
+	failing.Store(true)
+	if n, err := purger.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Minute}); n == 0 || !errors.Is(err, idempotent.ErrPurgeIncomplete) {
+		t.Fatalf("the purge that cannot set the epoch: %d records, err %v, want some and ErrPurgeIncomplete", n, err)
+	}
+	failing.Store(false)
+	if n, err := purger.Purge(ctx, idempotent.PurgeOptions{OlderThan: -time.Minute}); n != 0 || err != nil {
+		t.Fatalf("its rerun: %d records, err %v, want 0 and no error", n, err)
+	}
+	res, err := a.Do(ctx, request(k, `{}`), effectWork(k.BizKey, 0, http.StatusCreated))
+	if err != nil || res.Outcome != idempotent.Executed {
+		t.Errorf("after the rerun: %q layer %q err %v, want the work run: its record is purged", res.Outcome, res.Layer, err)
+	}
+}
+
+// failEpoch fails every command on the answers' epoch while on is set, as a Redis that went
+// away between a purge's DELETE and its last step would.
+type failEpoch struct{ on *atomic.Bool }
+
+// DialHook passes dials through.
+func (failEpoch) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook fails a command on the epoch.
+func (h failEpoch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if key, _ := cmd.Args()[min(1, len(cmd.Args())-1)].(string); h.on.Load() && strings.HasSuffix(key, "idem:answers-epoch") {
+			err := errors.New("injected: connection reset")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook passes pipelines through.
+func (failEpoch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -56,9 +56,9 @@
 //     the first one's uncommitted record and replays it, and the guard keeps its outcome in
 //     memory (no round trip for a replay at the same guard; another guard's copy meets the
 //     committed record and keeps it from then on). A purge or an eviction makes every guard
-//     drop that memory before it returns: it counts up an epoch in Redis that each guard reads
-//     at most once a second, and a guard that cannot read it answers from the record. A request
-//     with a lease reads the Redis cache in its claim script.
+//     drop that memory before it returns: it sets an epoch in Redis to a new value, which each
+//     guard reads at most once a second, and a guard that cannot read it answers from the
+//     record. A request with a lease reads the Redis cache in its claim script.
 //  3. Lock (I4). A request with work outside the transaction (Request.Before, Request.After)
 //     takes a lease per key with a random owner, in the same Lua script that reads the cache
 //     (one round trip), released, compare-and-delete, by the script that fills the cache (one

@@ -372,9 +372,16 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	// record, then replays it: at most one connection per instance and key.
 	if l == nil && (fenced || g.rdb == nil || cerr != nil) {
 		name := req.Key.Scope + "\x00" + req.Key.BizType + "\x00" + req.Key.BizKey + "\x00" + req.Fingerprint
+		first := false
 		res, err = g.flights.do(workCtx, name, func() (Result, error) {
+			first = true
 			return g.runOnce(workCtx, req, work)
 		})
+		if !first {
+			// The first copy's answer was read under its generation, not this copy's: it
+			// keeps it, and a drop between the two must not be undone here.
+			gen = -1
+		}
 	} else {
 		res, err = g.runOnce(workCtx, req, work)
 	}

@@ -20,24 +20,26 @@ type PurgeOptions struct {
 
 // ErrPurgeIncomplete is a purge that stopped because the replay cache entries and consumer
 // markers of a batch could not be dropped (Redis unreachable): the batch's records were kept,
-// so that the next run drops both; the count says how many were purged before.
+// so that the next run drops both; the count says how many were purged before. It is also a
+// purge that could not make the instances forget the answers they keep: the next run does.
 var ErrPurgeIncomplete = errors.New("purge stopped: the replay cache could not be cleaned (redis unavailable); the remaining records are kept for the next run")
 
 // Purge deletes dedup records older than opts.OlderThan in bounded batches, and their replay
 // cache entries and consumer markers first, so that nothing remembers a purged key (I6): a
 // batch whose Redis keys cannot be dropped is kept, and Purge returns ErrPurgeIncomplete with
-// the count purged so far. Having deleted any, it makes every instance drop the answers it
-// keeps in memory, and returns about a second later, once none can answer from them
-// (answers); when it cannot reach Redis for that, it returns ErrPurgeIncomplete too. The configured retention must cover the longest redelivery window
+// the count purged so far. Then, whatever it deleted, it makes every instance drop the
+// answers it keeps in memory, and returns about a second later, once none can answer from
+// them (answers); when it cannot reach Redis for that, it returns ErrPurgeIncomplete too, and
+// a rerun finishes the job. The configured retention must cover the longest redelivery window
 // (config validates it); the claims and the state preconditions are what still hold for a
 // copy that arrives after its purge (I13).
 func (g *Guard) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 	n, err := g.purge(ctx, opts)
-	if n > 0 {
-		if ferr := g.forgetAnswers(context.WithoutCancel(ctx)); ferr != nil {
-			slog.WarnContext(ctx, "purge: could not make the instances forget the answers they keep", "purged", n, "err", ferr)
-			err = errors.Join(err, ErrPurgeIncomplete, ferr)
-		}
+	// Whatever this run deleted: a run before it may have deleted records and failed to
+	// reach Redis here, and its rerun, finding nothing left to delete, must finish its job.
+	if ferr := g.forgetAnswers(context.WithoutCancel(ctx)); ferr != nil {
+		slog.WarnContext(ctx, "purge: could not make the instances forget the answers they keep", "purged", n, "err", ferr)
+		err = errors.Join(err, ErrPurgeIncomplete, ferr)
 	}
 	return n, err
 }
