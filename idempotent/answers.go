@@ -30,10 +30,10 @@ import (
 // and that instance keeps the answer from then on.
 //
 // Memory must forget what the purge forgets (I6), on every instance. The purge ends by
-// setting a shared epoch in Redis to a new value and waiting answersCheck (Guard.forgetAnswers); an
-// instance answers from memory only while it has read that epoch within answersCheck, and
-// drops everything it keeps when the epoch has moved. So once Purge returns, no instance
-// answers a purged key from memory. An instance that cannot read the epoch — Redis
+// setting a shared epoch in Redis to a new value and waiting answersCheck
+// (Guard.forgetAnswers); an instance answers from memory only while it has read that epoch
+// within answersCheck, and drops everything it keeps when the epoch has moved. So once Purge
+// returns, no instance answers a purged key from memory. An instance that cannot read the epoch — Redis
 // unreachable — drops its memory and keeps nothing until it can: its copies are answered by
 // the record, and the cache layer is reported as stepped aside, as the Redis cache's was.
 // An eviction (idemops.Evict) forgets the same way.
@@ -64,7 +64,7 @@ const maxAnswers = 16384
 const epochRead = answersCheck
 
 // answersCheck is how long a read of the epoch lets memory answer, and how long the purge
-// waits after it counted the epoch up. While Redis cannot be reached, it is also how long an
+// waits after it set the epoch. While Redis cannot be reached, it is also how long an
 // instance waits before it tries again, so that an outage costs one failed read per second
 // and not one per request.
 const answersCheck = time.Second
@@ -73,6 +73,7 @@ func newAnswers(rdb redis.UniversalClient, epochKey string, ttl time.Duration) *
 	return &answers{lru: expirable.NewLRU[string, cached](maxAnswers, nil, ttl), rdb: rdb, epochKey: epochKey, start: time.Now()}
 }
 
+// answerName names k in memory, and with a fingerprint its flight.
 func answerName(k Key) string {
 	return k.Scope + "\x00" + k.BizType + "\x00" + k.BizKey
 }
@@ -172,7 +173,8 @@ func (g *Guard) forgetAnswers(ctx context.Context) error {
 // flights lets the copies of one request that reach one guard while a first copy's
 // transaction runs wait for its answer, instead of each running a transaction of its own. It
 // serves the attempts that hold no lease — every write fenced by its record, and any write of
-// a guard without Redis or with Redis down — whose fence is the record's unique key: there every concurrent copy would wait on the first's
+// a guard without Redis or with Redis down — whose fence is the record's unique key: there
+// every concurrent copy would wait on the first's
 // uncommitted record holding a database connection, and a storm of one key would take the
 // whole pool. With flights an instance holds at most one connection per key and request.
 type flights struct {

@@ -85,7 +85,7 @@ func (g *Guard) evict(ctx context.Context, k Key) (Record, error) {
 // answers them like any other Redis outage: retry later.
 var (
 	errEvictWithoutRedis = &Error{Code: ErrUnavailable.Code, Detail: "redis is unavailable: evicting a key needs its lock; retry later"}
-	errEvictCacheKept    = &Error{Code: ErrUnavailable.Code, Detail: "the record was evicted but redis did not drop its cached outcome, or the instances the answers they keep; retry the eviction"}
+	errEvictCacheKept    = &Error{Code: ErrUnavailable.Code, Detail: "the record was evicted but redis did not drop its cached outcome, or could not make the instances drop the answers they keep; retry the eviction"}
 )
 
 // lookupBizKey returns the committed records of bizType and bizKey in any scope

@@ -319,12 +319,13 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	case l != nil:
 		workCtx = l.ctx
 	}
+	at := attempted{redisUp: cerr == nil, gen: gen}
 	if req.Before != nil && l == nil && !g.cfg.Lab.NoLock {
 		err := &Error{Code: ErrUnavailable.Code, Detail: "the request's work outside the transaction must run under its idempotency lease, and redis is unavailable"}
 		if g.rdb == nil {
 			err.Detail = "the request's work outside the transaction must run under its idempotency lease, which needs Redis"
 		}
-		g.finish(ctx, req, l, Result{}, err, start, attempted{redisUp: cerr == nil, gen: gen})
+		g.finish(ctx, req, l, Result{}, err, start, at)
 		return Result{Outcome: Unavailable, Layer: layerLock}, err
 	}
 
@@ -334,7 +335,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	noCache := (g.cfg.Lab.NoCache || cerr != nil || g.rdb == nil) && !g.cfg.Lab.RecordFirst
 	if noCache || req.Before != nil {
 		if res, found, err := g.fromRecord(ctx, req); found || err != nil {
-			g.finish(ctx, req, l, res, err, start, attempted{redisUp: cerr == nil, gen: gen})
+			g.finish(ctx, req, l, res, err, start, at)
 			return res, err
 		}
 	}
@@ -342,7 +343,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	defer func() {
 		if p := recover(); p != nil {
 			// A panicking work must not hold the lease.
-			g.finish(ctx, req, l, Result{}, errPanicked, start, attempted{redisUp: cerr == nil, gen: gen})
+			g.finish(ctx, req, l, Result{}, errPanicked, start, at)
 			panic(p)
 		}
 	}()
@@ -352,7 +353,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	}
 	if g.cfg.Lab.BeforeWork != nil {
 		if err := g.cfg.Lab.BeforeWork(workCtx, req.Key); err != nil {
-			g.finish(ctx, req, l, Result{}, err, start, attempted{redisUp: cerr == nil, gen: gen})
+			g.finish(ctx, req, l, Result{}, err, start, at)
 			return Result{}, err
 		}
 	}
@@ -361,7 +362,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	if req.Before != nil {
 		if berr := req.Before(workCtx); berr != nil {
 			res, err = g.refused(workCtx, req, berr)
-			g.finish(ctx, req, l, res, err, start, attempted{redisUp: cerr == nil, gen: gen})
+			g.finish(ctx, req, l, res, err, start, at)
 			return res, err
 		}
 	}
@@ -371,7 +372,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	// no database connection; a copy at another instance waits on the first one's uncommitted
 	// record, then replays it: at most one connection per instance and key.
 	if l == nil && (fenced || g.rdb == nil || cerr != nil) {
-		name := req.Key.Scope + "\x00" + req.Key.BizType + "\x00" + req.Key.BizKey + "\x00" + req.Fingerprint
+		name := answerName(req.Key) + "\x00" + req.Fingerprint
 		first := false
 		res, err = g.flights.do(workCtx, name, func() (Result, error) {
 			first = true
@@ -380,7 +381,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 		if !first {
 			// The first copy's answer was read under its generation, not this copy's: it
 			// keeps it, and a drop between the two must not be undone here.
-			gen = -1
+			at.gen = -1
 		}
 	} else {
 		res, err = g.runOnce(workCtx, req, work)
@@ -388,7 +389,7 @@ func (g *Guard) Do(ctx context.Context, req Request, work Work) (res Result, err
 	if err == nil && res.Outcome == Executed && res.Rejection == nil && req.After != nil {
 		req.After(workCtx, res)
 	}
-	g.finish(ctx, req, l, res, err, start, attempted{redisUp: cerr == nil, gen: gen})
+	g.finish(ctx, req, l, res, err, start, at)
 	return res, err
 }
 

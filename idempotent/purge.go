@@ -39,7 +39,10 @@ func (g *Guard) Purge(ctx context.Context, opts PurgeOptions) (int64, error) {
 	// reach Redis here, and its rerun, finding nothing left to delete, must finish its job.
 	if ferr := g.forgetAnswers(context.WithoutCancel(ctx)); ferr != nil {
 		slog.WarnContext(ctx, "purge: could not make the instances forget the answers they keep", "purged", n, "err", ferr)
-		err = errors.Join(err, ErrPurgeIncomplete, ferr)
+		if !errors.Is(err, ErrPurgeIncomplete) {
+			err = errors.Join(err, ErrPurgeIncomplete)
+		}
+		err = errors.Join(err, ferr)
 	}
 	return n, err
 }
